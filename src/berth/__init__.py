@@ -1,0 +1,82 @@
+"""berth: park the suspended state of an agent run while it waits for a human, and wake it exactly once.
+
+`import berth` is the whole API a host needs::
+
+    store = berth.open_store("sqlite:////var/lib/app/berth.db", identity="pr-bot",
+                             sealer=berth.AesGcmSealer(berth.Keyring.load("keys.json")))
+    store.save("org/repo#42", envelope)
+    envelope = store.claim("org/repo#42")   # exactly one caller gets it
+"""
+
+from __future__ import annotations
+
+from berth._aesgcm import AesGcmSealer, Keyring
+from berth._envelope import (
+    ENVELOPE_VERSION,
+    Envelope,
+    PendingCall,
+    check_resumable,
+    digest_file,
+    digest_json,
+)
+from berth._errors import (
+    BackendError,
+    BerthError,
+    ConfigDrift,
+    EnvelopeTooLarge,
+    Expired,
+    FormatError,
+    IntegrityError,
+    InvalidEnvelope,
+    InvalidKey,
+    TokenMismatch,
+)
+from berth._plaintext import PlaintextSealer
+from berth._sealer import Sealer
+from berth._store import (
+    Listing,
+    Parked,
+    PlaintextWarning,
+    ResealReport,
+    Store,
+    load_checkpoint,
+    open_store,
+    save_checkpoint,
+)
+from berth._token import Token
+from berth.backends import Backend
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ENVELOPE_VERSION",
+    "AesGcmSealer",
+    "Backend",
+    "BackendError",
+    "BerthError",
+    "ConfigDrift",
+    "Envelope",
+    "EnvelopeTooLarge",
+    "Expired",
+    "FormatError",
+    "IntegrityError",
+    "InvalidEnvelope",
+    "InvalidKey",
+    "Keyring",
+    "Listing",
+    "Parked",
+    "PendingCall",
+    "PlaintextSealer",
+    "PlaintextWarning",
+    "ResealReport",
+    "Sealer",
+    "Store",
+    "Token",
+    "TokenMismatch",
+    "check_resumable",
+    "digest_file",
+    "digest_json",
+    "load_checkpoint",
+    "open_store",
+    "save_checkpoint",
+]

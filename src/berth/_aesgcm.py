@@ -1,0 +1,195 @@
+"""`AesGcmSealer` and `Keyring`: AES-256-GCM under local keys the host controls."""
+
+from __future__ import annotations
+
+import base64
+import os
+import secrets
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import msgspec
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from berth._errors import IntegrityError
+
+__all__ = ["AesGcmSealer", "Keyring"]
+
+_NONCE = 12
+_TAG = 16
+_FORMAT = 1
+_KEYRING_FORMAT = 1
+
+
+class _KeyringFile(msgspec.Struct):
+    format: int
+    primary: str
+    keys: dict[str, str]
+
+
+class Keyring:
+    """A set of 256-bit keys by id: seal with the primary, open with any."""
+
+    def __init__(self, keys: Mapping[str, bytes], primary: str):
+        if primary not in keys:
+            raise ValueError(f"keyring primary {primary!r} is not one of its keys")
+        for kid, key in keys.items():
+            if not (isinstance(kid, str) and 0 < len(kid.encode()) <= 64 and kid.isprintable()):
+                raise ValueError(f"keyring key id {kid!r} must be 1-64 printable characters")
+            if not isinstance(key, (bytes, bytearray)) or len(key) != 32:
+                raise ValueError(f"keyring key {kid!r} must be 32 bytes (AES-256)")
+        self._keys = {kid: bytes(k) for kid, k in keys.items()}
+        self._primary = primary
+
+    @classmethod
+    def generate(cls) -> Keyring:
+        """A keyring holding one fresh random key."""
+        kid = _new_id()
+        return cls({kid: AESGCM.generate_key(bit_length=256)}, kid)
+
+    def rotate(self) -> Keyring:
+        """A keyring with a fresh primary key that still holds every older key."""
+        kid = _new_id()
+        while kid in self._keys:
+            kid = _new_id()
+        return Keyring({**self._keys, kid: AESGCM.generate_key(bit_length=256)}, kid)
+
+    @property
+    def primary(self) -> str:
+        """The id of the key new frames are sealed under."""
+        return self._primary
+
+    @property
+    def key_ids(self) -> list[str]:
+        """Every key id held, the primary first."""
+        return [self._primary, *(k for k in self._keys if k != self._primary)]
+
+    def key(self, key_id: str) -> bytes | None:
+        """The key with `key_id`, or None."""
+        return self._keys.get(key_id)
+
+    def __contains__(self, key_id: object) -> bool:
+        return key_id in self._keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.key_ids)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:  # never shows key material
+        return f"Keyring(primary={self._primary!r}, keys={len(self._keys)})"
+
+    def to_json(self) -> bytes:
+        """The keyring as JSON (contains the keys: keep it secret)."""
+        keys = {kid: base64.b64encode(k).decode() for kid, k in self._keys.items()}
+        return msgspec.json.encode(_KeyringFile(_KEYRING_FORMAT, self._primary, keys))
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Keyring:
+        """Parse `to_json` output; raises ValueError on anything else."""
+        try:
+            f = msgspec.json.decode(data, type=_KeyringFile)
+            if f.format != _KEYRING_FORMAT:
+                raise ValueError(f"keyring format {f.format} is not supported")
+            keys = {kid: base64.b64decode(v, validate=True) for kid, v in f.keys.items()}
+        except (msgspec.DecodeError, ValueError) as exc:
+            raise ValueError(f"not a berth keyring: {exc}") from None
+        return cls(keys, f.primary)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the keyring to `path` with mode 0600, atomically."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(self.to_json())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Keyring:
+        """Read a keyring written by `save`."""
+        return cls.from_json(Path(path).read_bytes())
+
+
+def _new_id() -> str:
+    return secrets.token_hex(4)
+
+
+class AesGcmSealer:
+    """AES-256-GCM under a `Keyring`; the key id travels in the frame.
+
+    Sealed bytes: format (1) | key id length (1) | key id | nonce (12) | ciphertext+tag.
+    The nonce is random per seal; callers never supply one.
+    """
+
+    name = "aes-gcm"
+
+    def __init__(self, keyring: Keyring):
+        if not isinstance(keyring, Keyring):
+            raise TypeError("AesGcmSealer needs a berth.Keyring (Keyring.generate() or Keyring.load(path))")
+        self._keyring = keyring
+        self._aead = {kid: AESGCM(keyring.key(kid) or b"") for kid in keyring.key_ids}
+        self._nonce: Callable[[], bytes] = lambda: os.urandom(_NONCE)  # tests inject a fixed nonce here
+
+    @property
+    def keyring(self) -> Keyring:
+        """The keyring this sealer holds."""
+        return self._keyring
+
+    @property
+    def key_id(self) -> str:
+        """The keyring's primary key id."""
+        return self._keyring.primary
+
+    def seal(self, plaintext: bytes, *, aad: bytes) -> bytes:
+        """Encrypt under the primary key with a fresh random nonce."""
+        kid = self._keyring.primary
+        nonce = self._nonce()
+        kid_b = kid.encode()
+        head = bytes((_FORMAT, len(kid_b))) + kid_b + nonce
+        ct_len = len(plaintext) + _TAG
+        out = bytearray(len(head) + ct_len)
+        out[: len(head)] = head
+        self._aead[kid].encrypt_into(nonce, plaintext, aad, memoryview(out)[len(head) :])
+        return bytes(out) if len(out) < 1 << 20 else out  # type: ignore[return-value]
+
+    def open(self, sealed: bytes, *, aad: bytes) -> bytes:
+        """Decrypt with whichever held key the sealed bytes name; `IntegrityError` otherwise."""
+        view = memoryview(sealed)
+        if len(view) < 2 or view[0] != _FORMAT:
+            raise IntegrityError("not an aes-gcm sealed body")
+        n = view[1]
+        start = 2 + n + _NONCE
+        if len(view) < start + _TAG:
+            raise IntegrityError("aes-gcm sealed body is truncated")
+        try:
+            kid = bytes(view[2 : 2 + n]).decode()
+        except UnicodeDecodeError:
+            raise IntegrityError("aes-gcm sealed body names no valid key id") from None
+        aead = self._aead.get(kid)
+        if aead is None:
+            raise IntegrityError(f"sealed under key id {kid!r}, which this keyring does not hold")
+        nonce = bytes(view[2 + n : start])
+        out = bytearray(len(view) - start - _TAG)
+        try:
+            aead.decrypt_into(nonce, view[start:], aad, out)
+        except InvalidTag:
+            raise IntegrityError("aes-gcm authentication failed: tampered, moved or wrong key") from None
+        # Large bodies stay in the buffer they were decrypted into: no second copy.
+        return bytes(out) if len(out) < 1 << 20 else out  # type: ignore[return-value]
+
+    def can_open(self, sealer: str, key_id: str) -> bool:
+        """True for aes-gcm frames under a key this keyring holds."""
+        return sealer == self.name and key_id in self._keyring
+
+    def __repr__(self) -> str:
+        return f"AesGcmSealer({self._keyring!r})"

@@ -1,0 +1,304 @@
+"""The envelope: what is parked for one suspended run, and how it is encoded."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from types import MappingProxyType
+from typing import Any, Union
+
+import msgspec
+
+from berth._errors import ConfigDrift, Expired, InvalidEnvelope
+
+__all__ = [
+    "ENVELOPE_VERSION",
+    "Envelope",
+    "PendingCall",
+    "check_resumable",
+    "digest_file",
+    "digest_json",
+]
+
+ENVELOPE_VERSION = 1
+"""The only envelope version this berth parks and resumes."""
+
+RawJSON = Union[bytes, bytearray, memoryview, str, Any]
+_encoder = msgspec.json.Encoder()
+_LABEL_MAX = 256
+_LABELS_MAX = 64
+
+
+def _raw_json(value: Any, what: str) -> bytes:
+    """Encode a JSON value once, or validate bytes that already are JSON."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        data = bytes(value)
+        try:
+            msgspec.json.decode(data, type=msgspec.Raw)
+        except msgspec.DecodeError as exc:
+            raise InvalidEnvelope(f"{what} is not valid JSON: {exc}") from None
+        return data
+    if isinstance(value, msgspec.Raw):
+        return bytes(value)
+    try:
+        return _encoder.encode(value)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise InvalidEnvelope(f"{what} cannot be encoded as JSON: {exc}") from None
+
+
+def _aware(value: object, what: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidEnvelope(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidEnvelope(f"{what} is a naive datetime; berth needs an aware one (tzinfo=timezone.utc)")
+    return value
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise InvalidEnvelope(message)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """One tool call the parked run is waiting on; `input` is raw JSON bytes."""
+
+    id: str
+    name: str
+    input: bytes = b"{}"
+
+    def __init__(self, id: str, name: str, input: RawJSON = b"{}"):  # noqa: A002 - the contract's name
+        _check(isinstance(id, str) and isinstance(name, str), "a pending call's id and name are str")
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "input", _raw_json(input, f"pending call {id!r} input"))
+
+    def input_value(self) -> Any:
+        """The call's input decoded from JSON."""
+        return msgspec.json.decode(self.input)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Envelope:
+    """What is parked for one run: its state and what is needed to resume it safely.
+
+    Immutable. `provider_state` and `loop_state` are raw JSON bytes: pass bytes
+    of JSON (validated, kept verbatim) or any JSON value (encoded once).
+    """
+
+    provider_state: bytes
+    version: int = ENVELOPE_VERSION
+    provider: str = ""
+    model: str = ""
+    config_digest: str = ""
+    run_id: str = ""
+    loop_state: bytes | None = None
+    pending_calls: tuple[PendingCall, ...] = ()
+    turn: int = 0
+    remaining_turns: int = 0
+    reason: str = ""
+    trace_id: str = ""
+    deadline: datetime | None = None
+    created_at: datetime | None = None
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "provider_state", _raw_json(self.provider_state, "provider_state"))
+        if self.loop_state is not None:
+            setattr_(self, "loop_state", _raw_json(self.loop_state, "loop_state"))
+        for name in ("provider", "model", "config_digest", "run_id", "reason", "trace_id"):
+            _check(isinstance(getattr(self, name), str), f"{name} must be a str")
+        for name in ("version", "turn", "remaining_turns"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and not isinstance(value, bool), f"{name} must be an int")
+        setattr_(self, "deadline", _aware(self.deadline, "deadline"))
+        setattr_(self, "created_at", _aware(self.created_at, "created_at"))
+        calls = self.pending_calls
+        _check(
+            isinstance(calls, Iterable) and not isinstance(calls, (str, bytes, Mapping)),
+            "pending_calls must be a list of PendingCall",
+        )
+        calls = tuple(calls)
+        for call in calls:
+            _check(isinstance(call, PendingCall), "pending_calls must hold PendingCall objects")
+        setattr_(self, "pending_calls", calls)
+        labels = self.labels
+        _check(isinstance(labels, Mapping), "labels must be a dict of str to str")
+        _check(len(labels) <= _LABELS_MAX, f"at most {_LABELS_MAX} labels")
+        for k, v in labels.items():
+            _check(
+                isinstance(k, str) and isinstance(v, str) and 0 < len(k) <= _LABEL_MAX and len(v) <= _LABEL_MAX,
+                f"labels are non-empty str keys and str values of at most {_LABEL_MAX} characters",
+            )
+        setattr_(self, "labels", MappingProxyType(dict(labels)))
+
+    def replace(self, **changes: Any) -> Envelope:
+        """A copy with `changes` applied (the envelope itself is immutable)."""
+        return replace(self, **changes)
+
+    def state(self) -> Any:
+        """`provider_state` decoded from JSON."""
+        return msgspec.json.decode(self.provider_state)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        state["labels"] = dict(self.labels)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "labels", MappingProxyType(dict(state["labels"])))
+
+
+# --- wire form: encoded once, raw JSON carried verbatim ---------------------------------
+
+_AwareDatetime = msgspec.Meta(tz=True)
+
+
+class _WireCall(msgspec.Struct, forbid_unknown_fields=False):
+    id: str
+    name: str
+    input: msgspec.Raw
+
+
+class _WireEnvelope(msgspec.Struct, omit_defaults=False):
+    version: int
+    provider: str
+    model: str
+    config_digest: str
+    run_id: str
+    provider_state: msgspec.Raw
+    loop_state: msgspec.Raw | None
+    pending_calls: list[_WireCall]
+    turn: int
+    remaining_turns: int
+    reason: str
+    trace_id: str
+    deadline: datetime | None
+    created_at: datetime
+    labels: dict[str, str]
+
+
+_wire_decoder = msgspec.json.Decoder(_WireEnvelope)
+
+
+def encode_envelope(env: Envelope, created_at: datetime) -> bytes:
+    """The envelope as JSON bytes; raw fields are copied in, never re-encoded."""
+    wire = _WireEnvelope(
+        version=env.version,
+        provider=env.provider,
+        model=env.model,
+        config_digest=env.config_digest,
+        run_id=env.run_id,
+        provider_state=msgspec.Raw(env.provider_state),
+        loop_state=None if env.loop_state is None else msgspec.Raw(env.loop_state),
+        pending_calls=[_WireCall(c.id, c.name, msgspec.Raw(c.input)) for c in env.pending_calls],
+        turn=env.turn,
+        remaining_turns=env.remaining_turns,
+        reason=env.reason,
+        trace_id=env.trace_id,
+        deadline=env.deadline,
+        created_at=created_at,
+        labels=dict(env.labels),
+    )
+    return _encoder.encode(wire)
+
+
+def decode_envelope(data: bytes | memoryview) -> Envelope:
+    """Decode envelope JSON; raises `msgspec.ValidationError`/`DecodeError` on bad input."""
+    w = _wire_decoder.decode(data)
+    env = Envelope.__new__(Envelope)
+    set_ = object.__setattr__
+    set_(env, "version", w.version)
+    set_(env, "provider", w.provider)
+    set_(env, "model", w.model)
+    set_(env, "config_digest", w.config_digest)
+    set_(env, "run_id", w.run_id)
+    set_(env, "provider_state", bytes(w.provider_state))
+    set_(env, "loop_state", None if w.loop_state is None else bytes(w.loop_state))
+    calls = []
+    for c in w.pending_calls:
+        call = PendingCall.__new__(PendingCall)
+        set_(call, "id", c.id)
+        set_(call, "name", c.name)
+        set_(call, "input", bytes(c.input))
+        calls.append(call)
+    set_(env, "pending_calls", tuple(calls))
+    set_(env, "turn", w.turn)
+    set_(env, "remaining_turns", w.remaining_turns)
+    set_(env, "reason", w.reason)
+    set_(env, "trace_id", w.trace_id)
+    for name in ("deadline", "created_at"):
+        value = getattr(w, name)
+        if value is not None and value.tzinfo is None:
+            raise msgspec.ValidationError(f"{name} is naive")
+        set_(env, name, value)
+    set_(env, "labels", MappingProxyType(w.labels))
+    return env
+
+
+# --- digests and the resume check ------------------------------------------------------
+
+_sorted_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def digest_json(obj: Any) -> str:
+    """`sha256:<hex>` over the canonical JSON of `obj` (keys sorted, no whitespace)."""
+    try:
+        data = _sorted_encoder.encode(obj)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise InvalidEnvelope(f"cannot digest a value that is not JSON: {exc}") from None
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def digest_file(path: str | os.PathLike[str]) -> str:
+    """`sha256:<hex>` over the bytes of the file at `path` (a machine definition, say)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+def check_resumable(
+    envelope: Envelope,
+    *,
+    provider: str,
+    model: str,
+    config_digest: str,
+    now: datetime | None = None,
+) -> None:
+    """Refuse to resume an envelope parked under another config, or past its deadline.
+
+    Raises:
+        ConfigDrift: the version, provider, model or config digest differs;
+            the host should rebuild the run from scratch.
+        Expired: `now` is strictly after the envelope's deadline.
+    """
+    for what, have, want in (
+        ("envelope version", envelope.version, ENVELOPE_VERSION),
+        ("provider", envelope.provider, provider),
+        ("model", envelope.model, model),
+        ("config digest", envelope.config_digest, config_digest),
+    ):
+        if have != want:
+            raise ConfigDrift(
+                f"run {envelope.run_id!r} was parked with {what} {have!r}, "
+                f"this host runs {want!r}: rebuild the run from scratch"
+            )
+    if envelope.deadline is not None:
+        now = now or datetime.now(timezone.utc)
+        if now.tzinfo is None:
+            raise InvalidEnvelope("now is a naive datetime; pass an aware one")
+        if now > envelope.deadline:
+            raise Expired(
+                f"run {envelope.run_id!r} passed its deadline {envelope.deadline.isoformat()}: never resumed",
+                deadline=envelope.deadline,
+            )

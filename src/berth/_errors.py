@@ -1,0 +1,99 @@
+"""berth's exceptions.
+
+    BerthError
+    ├── TokenMismatch      the token no longer names the parked envelope (lost claim)
+    ├── Expired            the envelope is past its deadline; never resumed
+    ├── IntegrityError     a frame cannot be opened as what it claims to be
+    ├── FormatError        not a frame, or a frame of a newer format
+    ├── ConfigDrift        the envelope was parked under another version/provider/model/config
+    ├── InvalidKey         (also ValueError) a key or identity berth refuses
+    ├── InvalidEnvelope    (also ValueError) an envelope berth refuses to park
+    ├── EnvelopeTooLarge   the encoded envelope exceeds the store's limit
+    └── BackendError       the storage failed; the outcome of a write may be unknown
+
+Every message names the identity and key involved and never contains state.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from berth._token import Token
+
+__all__ = [
+    "BackendError",
+    "BerthError",
+    "ConfigDrift",
+    "EnvelopeTooLarge",
+    "Expired",
+    "FormatError",
+    "IntegrityError",
+    "InvalidEnvelope",
+    "InvalidKey",
+    "TokenMismatch",
+]
+
+
+def where(identity: str | None, key: str | None) -> str:
+    """Render the identity/key pair every message names."""
+    return f"identity {identity or '?'!r}, key {key or '?'!r}"
+
+
+class BerthError(Exception):
+    """Base of every error berth raises."""
+
+    def __init__(self, message: str, *, identity: str | None = None, key: str | None = None):
+        super().__init__(message)
+        self.identity = identity
+        self.key = key
+
+
+class TokenMismatch(BerthError):
+    """The token does not match the parked envelope's generation (or nothing is parked)."""
+
+
+class Expired(BerthError):
+    """The envelope is past its deadline; carries `key`, `deadline` and `token`."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        identity: str | None = None,
+        key: str | None = None,
+        deadline: datetime | None = None,
+        token: Token | None = None,
+    ):
+        super().__init__(message, identity=identity, key=key)
+        self.deadline = deadline
+        self.token = token
+
+
+class IntegrityError(BerthError):
+    """The frame cannot be opened: tampered, moved, wrong key, or a refused downgrade."""
+
+
+class FormatError(BerthError):
+    """The bytes are not a berth frame, or a frame of a format this berth does not know."""
+
+
+class ConfigDrift(BerthError):
+    """The envelope was parked under another version, provider, model or config digest."""
+
+
+class InvalidKey(BerthError, ValueError):
+    """A key or identity that berth refuses; raised before any I/O."""
+
+
+class InvalidEnvelope(BerthError, ValueError):
+    """An envelope that berth refuses to park (or to resume); raised before any I/O."""
+
+
+class EnvelopeTooLarge(BerthError):
+    """The encoded envelope is larger than the store's `max_envelope_bytes`."""
+
+
+class BackendError(BerthError):
+    """The backend failed; a write that raised this may or may not have happened."""

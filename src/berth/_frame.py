@@ -1,0 +1,154 @@
+"""Frames: the bytes stored for one envelope.
+
+    magic (8) | format (1) | header length (4, big-endian) | header (JSON) | sealed body
+
+The header is cleartext so that listing and sweeping need no keys. The seal's
+associated data is everything before the body plus the identity and key the
+store expects, so a frame that was changed, or moved to another key or
+identity, does not open.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from datetime import datetime
+from types import MappingProxyType
+from typing import Mapping
+
+import msgspec
+
+from berth._errors import FormatError, IntegrityError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "Header",
+    "build_aad",
+    "encode_header",
+    "header_size",
+    "parse_frame",
+    "peek_header",
+]
+
+MAGIC = b"\x89BERTH\r\n"
+FORMAT_VERSION = 1
+_PREFIX = struct.Struct(">8sBI")
+PREFIX_SIZE = _PREFIX.size
+MAX_HEADER = 64 * 1024
+
+
+class _WireHeader(msgspec.Struct):
+    format: int
+    identity: str
+    key: str
+    run_id: str
+    created_at: datetime
+    deadline: datetime | None
+    labels: dict[str, str]
+    sealer: str
+    key_id: str
+    body_len: int
+
+
+_header_decoder = msgspec.json.Decoder(_WireHeader)
+_encoder = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """A frame's cleartext header."""
+
+    identity: str
+    key: str
+    run_id: str
+    created_at: datetime
+    deadline: datetime | None
+    labels: Mapping[str, str]
+    sealer: str
+    key_id: str
+    body_len: int
+
+    @property
+    def sealed_by(self) -> str:
+        """`sealer:key_id`, as listings show it."""
+        return f"{self.sealer}:{self.key_id}"
+
+
+def encode_header(h: Header) -> bytes:
+    """Magic, format, length and header JSON: the part of the frame before the body."""
+    js = _encoder.encode(
+        _WireHeader(
+            FORMAT_VERSION, h.identity, h.key, h.run_id, h.created_at, h.deadline,
+            dict(h.labels), h.sealer, h.key_id, h.body_len,
+        )
+    )
+    if len(js) > MAX_HEADER:
+        raise ValueError("frame header too large")
+    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(js)) + js
+
+
+def build_aad(head: bytes | memoryview, identity: str, key: str) -> bytes:
+    """Associated data of the seal: the frame head plus the expected identity and key."""
+    i, k = identity.encode(), key.encode()
+    return b"".join((bytes(head), len(i).to_bytes(2, "big"), i, len(k).to_bytes(2, "big"), k))
+
+
+def _where(identity: str, key: str) -> str:
+    return f"identity {identity!r}, key {key!r}"
+
+
+def header_size(data: bytes | memoryview) -> int | None:
+    """Total size of magic, prefix and header, if `data` starts like a frame."""
+    if len(data) < PREFIX_SIZE or bytes(data[:8]) != MAGIC:
+        return None
+    return PREFIX_SIZE + _PREFIX.unpack_from(data)[2]
+
+
+def peek_header(data: bytes | memoryview, identity: str, key: str) -> tuple[Header, int]:
+    """Parse the header only (no keys needed); returns it and the body's offset.
+
+    `data` may be just the first bytes of the frame: listing reads only heads.
+    `body_len` is the length of the envelope JSON, checked once the body is opened.
+    """
+    view = memoryview(data)
+    where = _where(identity, key)
+    if len(view) < PREFIX_SIZE or bytes(view[:8]) != MAGIC:
+        raise FormatError(f"not a berth frame at {where}", identity=identity, key=key)
+    _, fmt, hlen = _PREFIX.unpack_from(view)
+    if fmt != FORMAT_VERSION:
+        raise FormatError(
+            f"frame at {where} has format version {fmt}; this berth reads {FORMAT_VERSION}: upgrade berth",
+            identity=identity, key=key,
+        )
+    end = PREFIX_SIZE + hlen
+    if hlen > MAX_HEADER or len(view) < end:
+        raise FormatError(f"frame header at {where} is truncated", identity=identity, key=key)
+    try:
+        w = _header_decoder.decode(view[PREFIX_SIZE:end])
+    except msgspec.DecodeError:
+        raise IntegrityError(f"frame header at {where} is not valid", identity=identity, key=key) from None
+    if w.format != FORMAT_VERSION or w.created_at.tzinfo is None or (w.deadline and w.deadline.tzinfo is None):
+        raise IntegrityError(f"frame header at {where} is not valid", identity=identity, key=key)
+    header = Header(
+        w.identity, w.key, w.run_id, w.created_at, w.deadline,
+        MappingProxyType(w.labels), w.sealer, w.key_id, w.body_len,
+    )
+    return header, end
+
+
+def parse_frame(data: bytes | memoryview, identity: str, key: str) -> tuple[Header, bytes, memoryview]:
+    """Split a whole frame into its header, the AAD to open it with, and the sealed body.
+
+    Raises `FormatError` (not a frame, newer format) or `IntegrityError` (a
+    header that does not parse, or names another identity or key).
+    """
+    view = memoryview(data)
+    header, end = peek_header(view, identity, key)
+    if header.identity != identity or header.key != key:
+        raise IntegrityError(
+            f"frame at {_where(identity, key)} was written for identity {header.identity!r}, "
+            f"key {header.key!r}: moved or swapped",
+            identity=identity, key=key,
+        )
+    return header, build_aad(view[:end], identity, key), view[end:]

@@ -1,0 +1,634 @@
+"""The store: a backend, a sealer and an identity, with the semantics of DESIGN.md."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple
+
+import msgspec
+
+from berth._envelope import ENVELOPE_VERSION, Envelope, decode_envelope, encode_envelope
+from berth._errors import (
+    BackendError,
+    BerthError,
+    EnvelopeTooLarge,
+    Expired,
+    FormatError,
+    IntegrityError,
+    InvalidEnvelope,
+    InvalidKey,
+    TokenMismatch,
+    where,
+)
+from berth._frame import Header, build_aad, encode_header, header_size, parse_frame, peek_header
+from berth._keys import validate_identity, validate_key
+from berth._plaintext import PlaintextSealer
+from berth._sealer import Sealer
+from berth._token import Token
+from berth.backends import Backend, open_backend
+
+__all__ = [
+    "DEFAULT_MAX_ENVELOPE_BYTES",
+    "Listing",
+    "Parked",
+    "PlaintextWarning",
+    "ResealReport",
+    "Store",
+    "load_checkpoint",
+    "open_store",
+    "save_checkpoint",
+]
+
+log = logging.getLogger("berth")
+
+DEFAULT_MAX_ENVELOPE_BYTES = 64 * 1024 * 1024
+_HEAD_READ = 4096  # bytes read per frame when listing; longer headers fall back to a full read
+_warned_plaintext = False
+_warn_lock = threading.Lock()
+
+
+class PlaintextWarning(UserWarning):
+    """A store was opened without a sealer: parked state is stored readable."""
+
+
+class Parked(NamedTuple):
+    """What `load` returns: the envelope and the token that can claim it."""
+
+    envelope: Envelope
+    token: Token
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One parked envelope as `list` sees it, from its cleartext header alone."""
+
+    key: str
+    run_id: str
+    created_at: datetime
+    deadline: datetime | None
+    size: int
+    labels: Mapping[str, str]
+    sealed_by: str
+    token: Token
+
+
+class ResealReport(int):
+    """How many frames `reseal` moved (the int), with `skipped` and `failed` counts."""
+
+    moved: int
+    skipped: int
+    failed: int
+
+    def __new__(cls, moved: int, skipped: int = 0, failed: int = 0) -> ResealReport:
+        self = super().__new__(cls, moved)
+        self.moved, self.skipped, self.failed = moved, skipped, failed
+        return self
+
+    def __repr__(self) -> str:
+        return f"ResealReport(moved={self.moved}, skipped={self.skipped}, failed={self.failed})"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _warn_plaintext(where_: str) -> None:
+    global _warned_plaintext
+    with _warn_lock:
+        if _warned_plaintext:
+            return
+        _warned_plaintext = True
+    warnings.warn(
+        f"berth store {where_} is not sealed: parked state is readable by anyone who can read the storage. "
+        "Plaintext is for development; pass sealer=berth.AesGcmSealer(...) or berth.KmsSealer(...)",
+        PlaintextWarning,
+        stacklevel=3,
+    )
+
+
+class Store:
+    """Parks sealed envelopes under keys of one identity, in one backend.
+
+    Safe to share between threads. Open one with `berth.open_store(url, ...)`,
+    or wrap a backend of your own: `Store(backend, identity="pr-bot", sealer=...)`.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        identity: str,
+        sealer: Sealer | None = None,
+        accept_plaintext: bool = False,
+        max_envelope_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
+        clock: Callable[[], datetime] | None = None,
+    ):
+        self.identity = validate_identity(identity)
+        if sealer is None:
+            _warn_plaintext(f"for identity {identity!r}")
+            sealer = PlaintextSealer()
+        for attr in ("seal", "open", "can_open", "name", "key_id"):
+            if not hasattr(sealer, attr):
+                raise TypeError(f"sealer {sealer!r} has no {attr!r}: it is not a berth sealer")
+        self.sealer = sealer
+        self.backend = backend
+        self.accept_plaintext = accept_plaintext
+        if not isinstance(max_envelope_bytes, int) or max_envelope_bytes <= 0:
+            raise ValueError("max_envelope_bytes must be a positive int")
+        self.max_envelope_bytes = max_envelope_bytes
+        self._clock = clock or _utcnow
+        self._prefix = identity + "/"
+        self._plaintext = isinstance(sealer, PlaintextSealer)
+
+    def __repr__(self) -> str:
+        return f"Store({type(self.backend).__name__}, identity={self.identity!r}, sealer={self.sealer!r})"
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the backend's connections."""
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+
+    def now(self) -> datetime:
+        """The store's clock (injectable for tests)."""
+        return self._clock()
+
+    # --- helpers -----------------------------------------------------------------------
+
+    def _name(self, key: str) -> str:
+        return self._prefix + validate_key(key, self.identity)
+
+    @contextmanager
+    def _backend_call(self, key: str, what: str) -> Iterator[None]:
+        try:
+            yield
+        except TokenMismatch as exc:
+            raise TokenMismatch(
+                f"{what} lost at {where(self.identity, key)}: the token no longer matches what is parked",
+                identity=self.identity,
+                key=key,
+            ) from exc
+        except BerthError as exc:
+            if exc.key is None:
+                exc.identity, exc.key = self.identity, key
+                if "key" not in str(exc):
+                    exc.args = (f"{exc} ({where(self.identity, key)})",)
+            raise
+        except Exception as exc:
+            raise BackendError(
+                f"{what} failed at {where(self.identity, key)}: {type(exc).__name__}: {exc}",
+                identity=self.identity,
+                key=key,
+            ) from exc
+
+    def _sealer_for(self, header: Header, key: str) -> Sealer:
+        if header.sealer == PlaintextSealer.name:
+            if self._plaintext or self.accept_plaintext:
+                return self.sealer if self._plaintext else PlaintextSealer()
+            raise IntegrityError(
+                f"plaintext frame at {where(self.identity, key)} refused by a sealed store (no silent downgrade); "
+                "to migrate legacy frames open the store with accept_plaintext=True and reseal",
+                identity=self.identity,
+                key=key,
+            )
+        if self.sealer.can_open(header.sealer, header.key_id):
+            return self.sealer
+        if self._plaintext:
+            raise IntegrityError(
+                f"frame at {where(self.identity, key)} is sealed by {header.sealer} key {header.key_id!r}; "
+                "this store is plaintext: open it with a sealer holding that key",
+                identity=self.identity,
+                key=key,
+            )
+        raise IntegrityError(
+            f"frame at {where(self.identity, key)} is sealed by {header.sealer} key {header.key_id!r}, "
+            f"which {type(self.sealer).__name__} does not hold: add that key to open it",
+            identity=self.identity,
+            key=key,
+        )
+
+    def _open(self, key: str, data: bytes | memoryview) -> tuple[Header, bytes]:
+        """Authenticate and open a frame; returns its header and the envelope JSON."""
+        header, aad, body = parse_frame(data, self.identity, key)
+        sealer = self._sealer_for(header, key)
+        try:
+            plain = sealer.open(body, aad=aad)  # type: ignore[arg-type]
+        except IntegrityError as exc:
+            raise IntegrityError(
+                f"frame at {where(self.identity, key)} does not open: {exc}", identity=self.identity, key=key
+            ) from None
+        except BerthError:
+            raise
+        except Exception as exc:  # a sealer's own failure: fail closed, never return state
+            raise IntegrityError(
+                f"frame at {where(self.identity, key)} does not open: {type(exc).__name__}",
+                identity=self.identity,
+                key=key,
+            ) from exc
+        if len(plain) != header.body_len:
+            raise IntegrityError(
+                f"frame at {where(self.identity, key)} opened to {len(plain)} bytes, its header says {header.body_len}",
+                identity=self.identity,
+                key=key,
+            )
+        return header, plain
+
+    def _decode(self, key: str, header: Header, plain: bytes) -> Envelope:
+        try:
+            env = decode_envelope(plain)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise FormatError(
+                f"frame at {where(self.identity, key)} opened but holds no envelope this berth reads",
+                identity=self.identity,
+                key=key,
+            ) from None
+        if env.deadline != header.deadline or env.run_id != header.run_id or env.created_at != header.created_at:
+            raise IntegrityError(
+                f"frame at {where(self.identity, key)} has a header that disagrees with its body",
+                identity=self.identity,
+                key=key,
+            )
+        return env
+
+    def _build(self, key: str, env: Envelope, *, sealer: Sealer | None = None) -> bytes:
+        if not isinstance(env, Envelope):
+            raise InvalidEnvelope(
+                f"save at {where(self.identity, key)} needs a berth.Envelope, got {type(env).__name__}",
+                identity=self.identity,
+                key=key,
+            )
+        if env.version != ENVELOPE_VERSION:
+            raise InvalidEnvelope(
+                f"envelope for {where(self.identity, key)} has version {env.version}; "
+                f"this berth parks version {ENVELOPE_VERSION}",
+                identity=self.identity,
+                key=key,
+            )
+        created_at = env.created_at or self._clock()
+        body = encode_envelope(env, created_at)
+        return self._seal(key, env, created_at, body, sealer or self.sealer)
+
+    def _seal(self, key: str, env: Envelope, created_at: datetime, body: bytes, sealer: Sealer) -> bytes:
+        if len(body) > self.max_envelope_bytes:
+            raise EnvelopeTooLarge(
+                f"envelope for {where(self.identity, key)} is {len(body)} bytes encoded; "
+                f"this store's limit is {self.max_envelope_bytes} (max_envelope_bytes)",
+                identity=self.identity,
+                key=key,
+            )
+        header = Header(
+            self.identity, key, env.run_id, created_at, env.deadline, env.labels,
+            sealer.name, sealer.key_id, len(body),
+        )
+        head = encode_header(header)
+        aad = build_aad(head, self.identity, key)
+        with self._backend_call(key, "seal"):
+            sealed = sealer.seal(body, aad=aad)
+        return b"".join((head, sealed))
+
+    # --- the contract ------------------------------------------------------------------
+
+    def save(self, key: str, envelope: Envelope) -> None:
+        """Seal and park `envelope` under `key`, superseding whatever was parked there.
+
+        Args:
+            key: the suspension's name within this identity.
+            envelope: what to park; `created_at` is stamped now when absent.
+
+        Raises:
+            InvalidKey: the key breaks the key rules (before any I/O).
+            InvalidEnvelope: not an Envelope, or a version this berth does not park.
+            EnvelopeTooLarge: the encoded envelope exceeds `max_envelope_bytes`.
+            BackendError: the write failed; the previous envelope, if any, is intact.
+        """
+        name = self._name(key)
+        frame = self._build(key, envelope)
+        with self._backend_call(key, "save"):
+            self.backend.put(name, frame)
+
+    def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
+        """Open the envelope parked under `key`, with the token that can claim it.
+
+        Returns:
+            `Parked(envelope, token)`, or None when nothing is parked.
+
+        Raises:
+            InvalidKey: the key breaks the key rules (before any I/O).
+            Expired: the deadline has passed (unless `allow_expired`, for inspection tools);
+                carries `key`, `deadline` and `token`.
+            IntegrityError: the frame was changed, moved, sealed under a key this sealer
+                does not hold, or is plaintext in a sealed store.
+            FormatError: not a berth frame, or a newer format (left untouched).
+            BackendError: the backend failed.
+        """
+        name = self._name(key)
+        with self._backend_call(key, "load"):
+            found = self.backend.get(name)
+        if found is None:
+            return None
+        data, token = found
+        header, plain = self._open(key, data)
+        env = self._decode(key, header, plain)
+        if not allow_expired and env.deadline is not None:
+            now = self._clock()
+            if now > env.deadline:
+                raise Expired(
+                    f"envelope at {where(self.identity, key)} passed its deadline "
+                    f"{env.deadline.isoformat()}: never resumed",
+                    identity=self.identity,
+                    key=key,
+                    deadline=env.deadline,
+                    token=token,
+                )
+        return Parked(env, token)
+
+    def delete(self, key: str, token: Token) -> None:
+        """Remove the envelope under `key` only if `token` is still its current generation.
+
+        Raises:
+            InvalidKey: the key breaks the key rules (before any I/O).
+            TokenMismatch: the token is stale, zero, or nothing is parked.
+            BackendError: the backend failed; the envelope may or may not be gone.
+        """
+        name = self._name(key)
+        if not isinstance(token, Token) or token.is_zero:
+            raise TokenMismatch(
+                f"delete at {where(self.identity, key)} with the zero token: load first to get a token",
+                identity=self.identity,
+                key=key,
+            )
+        with self._backend_call(key, "delete"):
+            self.backend.delete(name, token)
+
+    def claim(self, key: str) -> Envelope | None:
+        """Load and delete: exactly one caller across threads, processes and hosts gets the envelope.
+
+        Returns:
+            The envelope to the winner; None to every other caller and when nothing is parked.
+
+        Raises:
+            Expired: the envelope was past its deadline; it has been removed.
+            IntegrityError, FormatError: the frame does not open; it is left in place.
+            BackendError: the backend failed; if it failed during the delete the claim's
+                outcome is unknown and the caller must not resume.
+        """
+        try:
+            parked = self.load(key)
+        except Expired as exc:
+            assert exc.token is not None
+            try:
+                self.delete(key, exc.token)
+            except TokenMismatch:
+                pass
+            raise
+        if parked is None:
+            return None
+        try:
+            self.delete(key, parked.token)
+        except TokenMismatch:
+            return None
+        return parked.envelope
+
+    def _heads(self, prefix: str) -> Iterator[tuple[str, Header | None, Token, int]]:
+        full_prefix = self._prefix + prefix
+        heads = getattr(self.backend, "heads", None)
+        if heads is not None:
+            rows: Iterator[tuple[str, Any, Token, int]] = heads(full_prefix, _HEAD_READ)
+        else:
+            rows = self._heads_by_get(full_prefix)
+        plen = len(self._prefix)
+        for name, head, token, size in rows:
+            key = name[plen:]
+            need = header_size(head)
+            if need is not None and need > len(head):
+                found = self.backend.get(name)
+                if found is None:
+                    continue
+                head, token = found[0], found[1]
+            try:
+                header, _ = peek_header(head, self.identity, key)
+            except (FormatError, IntegrityError) as exc:
+                log.warning("berth: skipping unreadable frame: %s", exc)
+                yield key, None, token, size
+                continue
+            yield key, header, token, size
+
+    def _heads_by_get(self, full_prefix: str) -> Iterator[tuple[str, bytes, Token, int]]:
+        for name in self.backend.scan(full_prefix):
+            found = self.backend.get(name)
+            if found is not None:
+                yield name, found[0], found[1], len(found[0])
+
+    def list(self, prefix: str = "") -> Iterator[Listing]:
+        """Stream what is parked under `prefix`, from cleartext headers: no keys needed.
+
+        Frames that are not readable berth frames are skipped (and logged);
+        `berth verify` reports them.
+        """
+        self._check_prefix(prefix)
+        with self._backend_call(prefix or "*", "list"):
+            for key, header, token, size in self._heads(prefix):
+                if header is None:
+                    continue
+                yield Listing(
+                    key, header.run_id, header.created_at, header.deadline, size,
+                    header.labels, header.sealed_by, token,
+                )
+
+    def _check_prefix(self, prefix: str) -> None:
+        if not isinstance(prefix, str) or prefix.startswith("/") or any(ord(c) < 32 or ord(c) == 127 for c in prefix):
+            raise InvalidKey(f"invalid prefix {prefix!r} for identity {self.identity!r}", identity=self.identity)
+
+    def sweep(self, now: datetime | None = None) -> int:
+        """Delete every envelope past its deadline, each only if unchanged since read.
+
+        An envelope re-saved during the sweep survives. Needs no keys.
+
+        Returns:
+            How many envelopes were deleted.
+        """
+        now = now or self._clock()
+        if now.tzinfo is None:
+            raise InvalidEnvelope("sweep(now=...) needs an aware datetime")
+        removed = 0
+        with self._backend_call("*", "sweep"):
+            for key, header, token, _ in list(self._expired_heads(now)):
+                try:
+                    self.backend.delete(self._prefix + key, token)
+                except TokenMismatch:
+                    continue
+                removed += 1
+        return removed
+
+    def _expired_heads(self, now: datetime) -> Iterator[tuple[str, Header, Token, int]]:
+        for key, header, token, size in self._heads(""):
+            if header is not None and header.deadline is not None and now > header.deadline:
+                yield key, header, token, size
+
+    def reseal(self) -> ResealReport:
+        """Re-seal every envelope not sealed by the sealer's current key.
+
+        Each is written back only if unchanged since it was read: a concurrent save wins.
+
+        Returns:
+            How many frames moved (an int), with `.skipped` (changed meanwhile) and
+            `.failed` (could not be opened) counts.
+        """
+        current = f"{self.sealer.name}:{self.sealer.key_id}"
+        moved = skipped = failed = 0
+        for key, header, _, _ in self._heads(""):
+            if header is None:
+                failed += 1
+                continue
+            if header.sealed_by == current:
+                continue
+            try:
+                moved_one = self._reseal_one(key)
+            except TokenMismatch:
+                skipped += 1
+                continue
+            except (IntegrityError, FormatError) as exc:
+                log.warning("berth: reseal could not open a frame: %s", exc)
+                failed += 1
+                continue
+            if moved_one:
+                moved += 1
+            else:
+                skipped += 1
+        return ResealReport(moved, skipped, failed)
+
+    def _reseal_one(self, key: str) -> bool:
+        name = self._name(key)
+        with self._backend_call(key, "reseal"):
+            found = self.backend.get(name)
+        if found is None:
+            return False
+        data, token = found
+        header, plain = self._open(key, data)
+        env = self._decode(key, header, plain)
+        assert env.created_at is not None
+        frame = self._seal(key, env, env.created_at, bytes(plain), self.sealer)
+        with self._backend_call(key, "reseal"):
+            self.backend.put(name, frame, if_match=token)
+        return True
+
+
+def open_store(
+    url: str,
+    *,
+    identity: str,
+    sealer: Sealer | None = None,
+    accept_plaintext: bool = False,
+    max_envelope_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
+    clock: Callable[[], datetime] | None = None,
+    **options: Any,
+) -> Store:
+    """Open a store by URL: memory://, file:///dir, sqlite:///file.db, postgresql://, redis://, gs://, s3://.
+
+    Args:
+        url: where frames live; a scheme whose extra is not installed names the extra.
+        identity: the namespace of one agent, tenant or service.
+        sealer: None means `PlaintextSealer()`, with a warning once (development only).
+        accept_plaintext: let a sealed store read legacy plaintext frames, to `reseal` them.
+        max_envelope_bytes: refuse envelopes larger than this once encoded (64 MiB).
+        clock: returns "now" as an aware datetime (tests inject one).
+        **options: passed to the backend.
+
+    Raises:
+        InvalidKey: the identity is invalid (before any I/O).
+        BerthError: unknown scheme, or its extra is not installed.
+    """
+    validate_identity(identity)
+    if sealer is None:
+        _warn_plaintext(f"at {url.split('://')[0]}:// for identity {identity!r}")
+        sealer = PlaintextSealer()
+    backend = open_backend(url, **options)
+    return Store(
+        backend,
+        identity=identity,
+        sealer=sealer,
+        accept_plaintext=accept_plaintext,
+        max_envelope_bytes=max_envelope_bytes,
+        clock=clock,
+    )
+
+
+# --- one frame at a path -----------------------------------------------------------------
+
+_CHECKPOINT_IDENTITY = "checkpoint"
+
+
+def _checkpoint_store(path: Path, sealer: Sealer | None) -> tuple[Store, str]:
+    from berth.backends.memory import MemoryBackend
+
+    if sealer is None:
+        _warn_plaintext(f"at checkpoint {path.name!r}")
+        sealer = PlaintextSealer()
+    return Store(MemoryBackend(), identity=_CHECKPOINT_IDENTITY, sealer=sealer), validate_key(path.name)
+
+
+def save_checkpoint(path: str | os.PathLike[str], envelope: Envelope, *, sealer: Sealer | None = None) -> None:
+    """Write one sealed frame to `path` (0600, atomic, fsynced); bound to the file's name.
+
+    Raises:
+        InvalidEnvelope, EnvelopeTooLarge: as `Store.save`.
+        BackendError: the file could not be written; any previous file is intact.
+    """
+    path = Path(path)
+    store, key = _checkpoint_store(path, sealer)
+    frame = store._build(key, envelope)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(6)}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                f.write(frame)
+                f.flush()
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise BackendError(f"cannot write checkpoint {str(path)!r}: {exc.strerror or exc}") from exc
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str], *, sealer: Sealer | None = None, allow_expired: bool = False
+) -> Envelope:
+    """Read and open the frame at `path` written by `save_checkpoint`.
+
+    Raises:
+        FileNotFoundError: nothing at `path`.
+        Expired: past its deadline (unless `allow_expired`).
+        IntegrityError, FormatError: as `Store.load`.
+    """
+    path = Path(path)
+    store, key = _checkpoint_store(path, sealer)
+    with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as f:
+        data = f.read()
+    store.backend.put(store._prefix + key, data)
+    parked = store.load(key, allow_expired=allow_expired)
+    assert parked is not None
+    return parked.envelope

@@ -1,0 +1,79 @@
+"""The backend seam: bytes with generations, and the scheme registry.
+
+A backend moves bytes and knows nothing of envelopes or keys. Names are
+`{identity}/{key}` strings the store has already validated.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from typing import Any, Protocol, runtime_checkable
+
+from berth._errors import BerthError
+from berth._token import Token
+
+__all__ = ["Backend", "Head", "open_backend", "registry"]
+
+Head = tuple[str, bytes, Token, int]
+"""(name, the first bytes of the stored data, its token, the data's full size)."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Where frames live: four methods a host implements to bring storage of its own.
+
+    `put` raises `TokenMismatch` when `if_match` or `if_absent` does not hold;
+    `delete` raises it when `token` is not the current generation, also when
+    the name is gone. Every other failure is `BackendError`.
+    """
+
+    def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
+        """Store `data` under `name` and return its new generation."""
+        ...
+
+    def get(self, name: str) -> tuple[bytes, Token] | None:
+        """The data under `name` and its generation, or None."""
+        ...
+
+    def delete(self, name: str, token: Token) -> None:
+        """Remove `name` only if its generation is `token`."""
+        ...
+
+    def scan(self, prefix: str) -> Iterator[str]:
+        """Every name starting with `prefix`, in bounded memory."""
+        ...
+
+
+# scheme -> (module, class, extra to install or None); alphabetical.
+registry: dict[str, tuple[str, str, str | None]] = {
+    "file": ("berth.backends.file", "FileBackend", None),
+    "gs": ("berth.backends.gcs", "GcsBackend", "gcs"),
+    "memory": ("berth.backends.memory", "MemoryBackend", None),
+    "postgres": ("berth.backends.postgres", "PostgresBackend", "postgres"),
+    "postgresql": ("berth.backends.postgres", "PostgresBackend", "postgres"),
+    "redis": ("berth.backends.redis", "RedisBackend", "redis"),
+    "rediss": ("berth.backends.redis", "RedisBackend", "redis"),
+    "s3": ("berth.backends.s3", "S3Backend", "s3"),
+    "sqlite": ("berth.backends.sqlite", "SqliteBackend", None),
+}
+
+
+def open_backend(url: str, **options: Any) -> Any:
+    """Open the backend for `url`, importing its module (and client library) only now."""
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        raise BerthError(f"store URL {url!r} has no scheme: use one of {', '.join(s + '://' for s in registry)}")
+    entry = registry.get(scheme.lower())
+    if entry is None:
+        raise BerthError(f"unknown store scheme {scheme!r}: use one of {', '.join(s + '://' for s in registry)}")
+    module_name, cls_name, extra = entry
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if extra and exc.name and not exc.name.startswith("berth"):
+            raise BerthError(
+                f"the {scheme}:// backend needs the {exc.name!r} package: pip install 'berth[{extra}]'"
+            ) from exc
+        raise
+    return getattr(module, cls_name).from_url(url, **options)

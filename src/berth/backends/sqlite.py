@@ -1,0 +1,185 @@
+"""`sqlite:///abs/file.db`: the embedded default; one row per frame, in WAL mode.
+
+The generation is the row id of an AUTOINCREMENT table: a re-save replaces the
+row and so gets a new id, and ids are never reused, so a token loaded before a
+re-save (or before a delete and re-create) never matches again. The claim is
+`DELETE ... WHERE name = ? AND gen = ?`. Every statement is its own durable
+transaction (synchronous=FULL); one connection per thread.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from berth._errors import BackendError, BerthError, TokenMismatch
+from berth._token import Token
+
+__all__ = ["SqliteBackend"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS berth_frames (
+    gen  INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE,
+    data BLOB NOT NULL
+)
+"""
+_PAGE = 512
+
+
+@contextmanager
+def _mapped(name: str) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise BackendError(f"sqlite backend failed on {name!r}: {exc}") from exc
+
+
+class SqliteBackend:
+    """Frames as rows of one SQLite table, safe across threads and processes."""
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0, synchronous: str = "FULL"):
+        self.path = Path(path)
+        if not self.path.is_absolute():
+            raise BerthError(f"sqlite:// needs an absolute path, got {str(path)!r}")
+        if synchronous.upper() not in ("FULL", "EXTRA", "NORMAL"):
+            raise BerthError(f"sqlite synchronous must be FULL, EXTRA or NORMAL, got {synchronous!r}")
+        self._busy_timeout = busy_timeout
+        self._synchronous = synchronous.upper()
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._create_file()
+        with _mapped(str(self.path)):
+            self._conn().execute(_SCHEMA)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> SqliteBackend:
+        parts = urlsplit(url)
+        if parts.netloc not in ("", "localhost"):
+            raise BerthError(f"sqlite:// URL {url!r} names host {parts.netloc!r}: use sqlite:///abs/file.db")
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        if "synchronous" in query:
+            options.setdefault("synchronous", query["synchronous"])
+        return cls(unquote(parts.path), **options)
+
+    def _create_file(self) -> None:
+        parent = self.path.parent
+        if not parent.exists():
+            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(parent, 0o700)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            raise BackendError(f"sqlite backend cannot create {str(self.path)!r}: {exc.strerror}") from exc
+        os.fchmod(fd, 0o600)
+        os.close(fd)
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
+        with _mapped(name):
+            conn = self._conn()
+            if if_match is None and not if_absent:
+                row = conn.execute(
+                    "INSERT OR REPLACE INTO berth_frames(name, data) VALUES (?, ?) RETURNING gen", (name, data)
+                ).fetchone()
+                return Token(row[0])
+            if if_absent and if_match is None:
+                row = conn.execute(
+                    "INSERT OR IGNORE INTO berth_frames(name, data) VALUES (?, ?) RETURNING gen", (name, data)
+                ).fetchone()
+                if row is None:
+                    raise TokenMismatch(f"{name!r} already exists")
+                return Token(row[0])
+            if if_absent:  # both: nothing can be absent and at a generation
+                raise TokenMismatch(f"{name!r} cannot be both absent and at generation {if_match}")
+            assert if_match is not None
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = conn.execute("DELETE FROM berth_frames WHERE name = ? AND gen = ?", (name, if_match.value))
+                if cur.rowcount != 1:
+                    raise TokenMismatch(f"{name!r} changed since it was read")
+                row = conn.execute(
+                    "INSERT INTO berth_frames(name, data) VALUES (?, ?) RETURNING gen", (name, data)
+                ).fetchone()
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return Token(row[0])
+
+    def get(self, name: str) -> tuple[bytes, Token] | None:
+        with _mapped(name):
+            row = self._conn().execute("SELECT data, gen FROM berth_frames WHERE name = ?", (name,)).fetchone()
+        return None if row is None else (row[0], Token(row[1]))
+
+    def delete(self, name: str, token: Token) -> None:
+        if not isinstance(token.value, int):
+            raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
+        with _mapped(name):
+            cur = self._conn().execute("DELETE FROM berth_frames WHERE name = ? AND gen = ?", (name, token.value))
+        if cur.rowcount != 1:
+            raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
+
+    def _pages(self, prefix: str, columns: str, *args: Any) -> Iterator[tuple[Any, ...]]:
+        # Keyset pages: no read transaction stays open between pages, so a long
+        # listing never blocks writers or checkpoints.
+        last = None
+        while True:
+            with _mapped(prefix):
+                if last is None:
+                    rows = self._conn().execute(
+                        f"SELECT name, {columns} FROM berth_frames WHERE name >= ? ORDER BY name LIMIT {_PAGE}",
+                        (*args, prefix),
+                    ).fetchall()
+                else:
+                    rows = self._conn().execute(
+                        f"SELECT name, {columns} FROM berth_frames WHERE name > ? ORDER BY name LIMIT {_PAGE}",
+                        (*args, last),
+                    ).fetchall()
+            for row in rows:
+                if not row[0].startswith(prefix):
+                    return
+                yield row
+            if len(rows) < _PAGE:
+                return
+            last = rows[-1][0]
+
+    def scan(self, prefix: str) -> Iterator[str]:
+        for row in self._pages(prefix, "1"):
+            yield row[0]
+
+    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, bytes, Token, int]]:
+        """(name, first `size` bytes, token, full size) of every frame under `prefix`."""
+        for name, head, gen, full in self._pages(prefix, "substr(data, 1, ?), gen, length(data)", size):
+            yield name, head, Token(gen), full
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+        self._local = threading.local()
