@@ -193,3 +193,6 @@ class AesGcmSealer:
 
     def __repr__(self) -> str:
         return f"AesGcmSealer({self._keyring!r})"
+
+    def __reduce__(self) -> tuple[type[AesGcmSealer], tuple[Keyring]]:
+        return (AesGcmSealer, (self._keyring,))

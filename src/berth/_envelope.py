@@ -175,7 +175,7 @@ class _WireEnvelope(msgspec.Struct, omit_defaults=False):
     config_digest: str
     run_id: str
     provider_state: msgspec.Raw
-    loop_state: msgspec.Raw | None
+    loop_state: msgspec.Raw  # JSON null when absent
     pending_calls: list[_WireCall]
     turn: int
     remaining_turns: int
@@ -198,7 +198,7 @@ def encode_envelope(env: Envelope, created_at: datetime) -> bytes:
         config_digest=env.config_digest,
         run_id=env.run_id,
         provider_state=msgspec.Raw(env.provider_state),
-        loop_state=None if env.loop_state is None else msgspec.Raw(env.loop_state),
+        loop_state=msgspec.Raw(b"null" if env.loop_state is None else env.loop_state),
         pending_calls=[_WireCall(c.id, c.name, msgspec.Raw(c.input)) for c in env.pending_calls],
         turn=env.turn,
         remaining_turns=env.remaining_turns,
@@ -222,7 +222,8 @@ def decode_envelope(data: bytes | memoryview) -> Envelope:
     set_(env, "config_digest", w.config_digest)
     set_(env, "run_id", w.run_id)
     set_(env, "provider_state", bytes(w.provider_state))
-    set_(env, "loop_state", None if w.loop_state is None else bytes(w.loop_state))
+    loop = bytes(w.loop_state)
+    set_(env, "loop_state", None if loop == b"null" else loop)
     calls = []
     for c in w.pending_calls:
         call = PendingCall.__new__(PendingCall)

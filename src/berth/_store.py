@@ -51,7 +51,7 @@ __all__ = [
 log = logging.getLogger("berth")
 
 DEFAULT_MAX_ENVELOPE_BYTES = 64 * 1024 * 1024
-_HEAD_READ = 4096  # bytes read per frame when listing; longer headers fall back to a full read
+_HEAD_READ = 1024  # bytes read per frame when listing; a longer header falls back to a full read
 _warned_plaintext = False
 _warn_lock = threading.Lock()
 

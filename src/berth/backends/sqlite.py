@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS berth_frames (
     data BLOB NOT NULL
 )
 """
-_PAGE = 512
+_PAGE = 256
 
 
 @contextmanager

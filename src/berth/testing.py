@@ -1,0 +1,719 @@
+"""`StoreContract`: the store contract as a pytest suite any backend can run.
+
+Subclass it in a test module and override one fixture::
+
+    import functools, berth.testing
+    from myapp.storage import MyBackend
+
+    class TestMyBackend(berth.testing.StoreContract):
+        @pytest.fixture
+        def backend_opener(self, tmp_path):
+            # a picklable zero-argument callable that opens a new handle onto
+            # one fresh, empty storage namespace (the same one on every call)
+            return functools.partial(MyBackend, str(tmp_path))
+
+Every numbered semantic of DESIGN.md is a test here, including races between
+threads and between processes, expiry under an injected clock, tampering,
+frames moved between keys and identities, and downgrades to plaintext. Set
+`cross_process = False` for a backend whose handles cannot reach the same
+storage from another process (the memory backend). Override `sealer` to run the
+contract under another sealer; it must be picklable for the process races.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from typing import Any, ClassVar
+
+import pytest
+
+from berth._aesgcm import AesGcmSealer, Keyring
+from berth._envelope import Envelope, PendingCall
+from berth._errors import (
+    BerthError,
+    EnvelopeTooLarge,
+    Expired,
+    FormatError,
+    IntegrityError,
+    InvalidEnvelope,
+    InvalidKey,
+    TokenMismatch,
+)
+from berth._frame import PREFIX_SIZE
+from berth._plaintext import PlaintextSealer
+from berth._sealer import Sealer
+from berth._store import Store
+from berth._token import Token
+from berth.backends import Backend
+
+__all__ = ["FakeClock", "RecordingBackend", "StoreContract", "make_envelope"]
+
+SECRET = "PLAINTEXT-MARKER-7f3a9c"
+"""Planted in every contract envelope's state: it must never appear in an error message."""
+
+BAD_KEYS = [
+    "",
+    "/leading",
+    "a//b",
+    "trailing/",
+    ".",
+    "..",
+    "a/./b",
+    "a/../b",
+    "../escape",
+    "nul\x00byte",
+    "new\nline",
+    "tab\tkey",
+    "del\x7f",
+    "c1\x85control",
+    "x" * 1025,
+    "é" * 513,
+]
+GOOD_KEYS = ["org/repo#42", "a", "a/b", "with space", "ünïcødé/ключ", "x" * 1024, "a.b/..c/d..", "é" * 512]
+BAD_IDENTITIES = ["", ".", "..", "a/b", "a b", "x" * 129, "tab\t", "ünï"]
+
+
+class FakeClock:
+    """An injectable clock: `store = Store(..., clock=clock)`; move it with `advance`."""
+
+    def __init__(self, start: datetime | None = None):
+        self.now = start or datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self.now
+
+    def advance(self, delta: timedelta) -> datetime:
+        with self._lock:
+            self.now += delta
+            return self.now
+
+
+class RecordingBackend:
+    """Wraps a backend and records every call: proves that bad input does no I/O."""
+
+    def __init__(self, inner: Backend, before_delete: Callable[[str], None] | None = None,
+                 before_conditional_put: Callable[[str], None] | None = None):
+        self.inner = inner
+        self.calls: list[str] = []
+        self._before_delete = before_delete
+        self._before_conditional_put = before_conditional_put
+
+    def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
+        self.calls.append("put")
+        if if_match is not None and self._before_conditional_put is not None:
+            hook, self._before_conditional_put = self._before_conditional_put, None
+            hook(name)
+        return self.inner.put(name, data, if_match=if_match, if_absent=if_absent)
+
+    def get(self, name: str) -> tuple[bytes, Token] | None:
+        self.calls.append("get")
+        return self.inner.get(name)
+
+    def delete(self, name: str, token: Token) -> None:
+        self.calls.append("delete")
+        if self._before_delete is not None:
+            hook, self._before_delete = self._before_delete, None
+            hook(name)
+        self.inner.delete(name, token)
+
+    def scan(self, prefix: str) -> Iterator[str]:
+        self.calls.append("scan")
+        return self.inner.scan(prefix)
+
+    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, bytes, Token, int]]:
+        self.calls.append("heads")
+        heads = getattr(self.inner, "heads", None)
+        if heads is not None:
+            return heads(prefix, size)  # type: ignore[no-any-return]
+        return self._heads(prefix)
+
+    def _heads(self, prefix: str) -> Iterator[tuple[str, bytes, Token, int]]:
+        for name in self.inner.scan(prefix):
+            found = self.inner.get(name)
+            if found is not None:
+                yield name, bytes(found[0]), found[1], len(found[0])
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+
+def make_envelope(run_id: str = "run-1", **changes: Any) -> Envelope:
+    """A small, fully populated envelope whose state holds the `SECRET` marker."""
+    fields: dict[str, Any] = dict(
+        provider="anthropic",
+        model="claude-test",
+        config_digest="sha256:" + "0" * 64,
+        run_id=run_id,
+        provider_state={"messages": [{"role": "user", "content": f"customer text {SECRET}"}]},
+        loop_state={"step": 3},
+        pending_calls=[PendingCall("call-1", "ask_human", {"question": "Ship it?"})],
+        turn=3,
+        remaining_turns=7,
+        reason="awaiting answer",
+        trace_id="trace-abc",
+        labels={"repo": "org/repo", "pr": "42"},
+    )
+    fields.update(changes)
+    return Envelope(**fields)
+
+
+def _claim_worker(opener: Callable[[], Backend], identity: str, sealer: Sealer, keys: list[str],
+                  start: Any, results: Any) -> None:
+    store = Store(opener(), identity=identity, sealer=sealer)
+    won = []
+    start.wait()
+    for key in keys:
+        if store.claim(key) is not None:
+            won.append(key)
+    results.put(won)
+    store.close()
+
+
+class StoreContract:
+    """The store contract of DESIGN.md; subclass and override `backend_opener`."""
+
+    cross_process: ClassVar[bool] = True
+    process_race_keys: ClassVar[int] = 200
+    process_race_workers: ClassVar[int] = 4
+
+    # --- fixtures a subclass provides or may override ---------------------------------
+
+    @pytest.fixture
+    def backend_opener(self) -> Callable[[], Backend]:
+        """Override: a picklable zero-arg callable opening a fresh, empty namespace."""
+        raise NotImplementedError("override the backend_opener fixture to run StoreContract")
+
+    @pytest.fixture
+    def sealer(self) -> Sealer:
+        """The sealer the contract runs under (AES-256-GCM by default)."""
+        return AesGcmSealer(Keyring.generate())
+
+    @pytest.fixture
+    def clock(self) -> FakeClock:
+        return FakeClock()
+
+    @pytest.fixture
+    def make_store(self, backend_opener: Callable[[], Backend], sealer: Sealer, clock: FakeClock) -> Iterator[
+            Callable[..., Store]]:
+        opened: list[Store] = []
+
+        def make(identity: str = "contract", **kw: Any) -> Store:
+            kw.setdefault("sealer", sealer)
+            kw.setdefault("clock", clock)
+            backend = kw.pop("backend", None) or backend_opener()
+            store = Store(backend, identity=identity, **kw)
+            opened.append(store)
+            return store
+
+        yield make
+        for store in opened:
+            store.close()
+
+    @pytest.fixture
+    def store(self, make_store: Callable[..., Store]) -> Store:
+        return make_store()
+
+    # --- helpers ------------------------------------------------------------------------
+
+    @staticmethod
+    def _raw(store: Store, key: str) -> bytes:
+        found = store.backend.get(f"{store.identity}/{key}")
+        assert found is not None, f"nothing stored for {key!r}"
+        return bytes(found[0])
+
+    @staticmethod
+    def _plant(store: Store, key: str, data: bytes) -> None:
+        store.backend.put(f"{store.identity}/{key}", data)
+
+    @staticmethod
+    def _assert_clean(exc: BaseException, key: str) -> None:
+        text = str(exc)
+        assert SECRET not in text, "an error message leaked plaintext state"
+        assert key in text or repr(key) in text, f"error message does not name the key: {text}"
+
+    # --- 1. save -----------------------------------------------------------------------
+
+    def test_round_trip_keeps_every_field(self, store: Store, clock: FakeClock) -> None:
+        deadline = clock.now + timedelta(days=3)
+        env = make_envelope(deadline=deadline, created_at=clock.now - timedelta(minutes=5))
+        store.save("org/repo#42", env)
+        parked = store.load("org/repo#42")
+        assert parked is not None
+        assert parked.envelope == env
+        assert parked.envelope.provider_state == env.provider_state
+        assert parked.envelope.pending_calls[0].input_value() == {"question": "Ship it?"}
+        assert parked.envelope.deadline == deadline
+
+    def test_save_stamps_created_at(self, store: Store, clock: FakeClock) -> None:
+        store.save("k", make_envelope())
+        parked = store.load("k")
+        assert parked is not None and parked.envelope.created_at == clock.now
+
+    def test_resave_supersedes_and_invalidates_old_tokens(self, store: Store) -> None:
+        store.save("k", make_envelope("run-1"))
+        first = store.load("k")
+        assert first is not None
+        store.save("k", make_envelope("run-2"))
+        with pytest.raises(TokenMismatch):
+            store.delete("k", first.token)
+        second = store.load("k")
+        assert second is not None and second.envelope.run_id == "run-2"
+        assert second.token != first.token
+
+    def test_resave_of_identical_envelope_still_advances_generation(self, store: Store, clock: FakeClock) -> None:
+        env = make_envelope(created_at=clock.now)
+        store.save("k", env)
+        first = store.load("k")
+        assert first is not None
+        store.save("k", env)
+        with pytest.raises(TokenMismatch):
+            store.delete("k", first.token)
+        assert store.load("k") is not None
+
+    def test_save_never_raises_token_mismatch(self, store: Store) -> None:
+        for i in range(5):
+            store.save("k", make_envelope(f"run-{i}"))
+        parked = store.load("k")
+        assert parked is not None and parked.envelope.run_id == "run-4"
+
+    # --- 2. load -----------------------------------------------------------------------
+
+    def test_load_of_nothing_is_none(self, store: Store) -> None:
+        assert store.load("never/parked") is None
+
+    def test_token_is_never_zero(self, store: Store) -> None:
+        for i in range(3):
+            store.save(f"k{i}", make_envelope())
+            parked = store.load(f"k{i}")
+            assert parked is not None and not parked.token.is_zero and parked.token != Token.ZERO
+
+    def test_loaded_envelope_is_isolated(self, store: Store) -> None:
+        state = bytearray(b'{"messages": ["original"]}')
+        env = make_envelope(provider_state=state)
+        state[14:22] = b"CHANGED!"  # the caller edits its buffer after building the envelope
+        store.save("k", env)
+        state[14:22] = b"changed2"  # ... and after saving it
+        a, b = store.load("k"), store.load("k")
+        assert a is not None and b is not None
+        assert a.envelope.state() == {"messages": ["original"]}
+        assert a.envelope is not b.envelope and a.envelope == b.envelope
+        with pytest.raises((TypeError, AttributeError)):
+            a.envelope.labels["repo"] = "other"  # type: ignore[index]
+        with pytest.raises((TypeError, AttributeError)):
+            a.envelope.run_id = "other"  # type: ignore[misc]
+        again = store.load("k")
+        assert again is not None and again.envelope.labels["repo"] == "org/repo"
+
+    # --- 3. delete ---------------------------------------------------------------------
+
+    def test_delete_with_current_token_removes(self, store: Store) -> None:
+        store.save("k", make_envelope())
+        parked = store.load("k")
+        assert parked is not None
+        store.delete("k", parked.token)
+        assert store.load("k") is None
+
+    def test_delete_with_stale_token_mismatches(self, store: Store) -> None:
+        store.save("k", make_envelope())
+        parked = store.load("k")
+        assert parked is not None
+        store.delete("k", parked.token)
+        with pytest.raises(TokenMismatch) as info:
+            store.delete("k", parked.token)
+        self._assert_clean(info.value, "k")
+
+    def test_delete_of_absent_key_mismatches(self, store: Store) -> None:
+        with pytest.raises(TokenMismatch):
+            store.delete("never", Token(1))
+        with pytest.raises(TokenMismatch):
+            store.delete("never", Token("etag"))
+
+    def test_zero_token_never_matches_and_never_reaches_the_backend(self, make_store: Callable[..., Store],
+                                                                     backend_opener: Callable[[], Backend]) -> None:
+        recorder = RecordingBackend(backend_opener())
+        store = make_store(backend=recorder)
+        store.save("k", make_envelope())
+        recorder.calls.clear()
+        with pytest.raises(TokenMismatch) as info:
+            store.delete("k", Token.ZERO)
+        assert recorder.calls == []
+        self._assert_clean(info.value, "k")
+        assert store.load("k") is not None
+
+    # --- 4. claim ----------------------------------------------------------------------
+
+    def test_claim_once(self, store: Store) -> None:
+        env = make_envelope()
+        store.save("k", env)
+        assert store.claim("k") == env.replace(created_at=store.now())
+        assert store.claim("k") is None
+        assert store.load("k") is None
+
+    def test_claim_of_nothing_is_none(self, store: Store) -> None:
+        assert store.claim("nothing") is None
+
+    def test_claim_race_between_threads(self, make_store: Callable[..., Store]) -> None:
+        stores = [make_store() for _ in range(4)]
+        keys = [f"race/{i}" for i in range(40)]
+        for key in keys:
+            stores[0].save(key, make_envelope(key))
+        barrier = threading.Barrier(len(stores))
+
+        def worker(s: Store) -> list[str]:
+            barrier.wait()
+            return [k for k in keys if s.claim(k) is not None]
+
+        with ThreadPoolExecutor(len(stores)) as pool:
+            won = [k for ks in pool.map(worker, stores) for k in ks]
+        assert sorted(won) == sorted(keys), "every key must be won exactly once"
+
+    def test_claim_race_between_processes(self, store: Store, backend_opener: Callable[[], Backend],
+                                          sealer: Sealer) -> None:
+        if not self.cross_process:
+            pytest.skip("this backend does not reach the same storage from another process")
+        keys = [f"prace/{i}" for i in range(self.process_race_keys)]
+        for key in keys:
+            store.save(key, make_envelope(key))
+        ctx = multiprocessing.get_context("spawn")
+        start = ctx.Event()
+        results = ctx.Queue()
+        n = self.process_race_workers
+        procs = [
+            ctx.Process(target=_claim_worker,
+                        args=(backend_opener, store.identity, sealer, list(keys) if i % 2 else keys[::-1], start,
+                              results))
+            for i in range(n)
+        ]
+        for p in procs:
+            p.start()
+        start.set()
+        won = [k for _ in procs for k in results.get(timeout=300)]
+        for p in procs:
+            p.join(timeout=60)
+            assert p.exitcode == 0
+        assert len(won) == len(keys), f"{len(won) - len(keys)} double claims or lost keys"
+        assert sorted(won) == sorted(keys)
+        assert list(store.list("prace/")) == []
+
+    # --- 5. deadlines ------------------------------------------------------------------
+
+    def test_deadline_fails_closed(self, store: Store, clock: FakeClock) -> None:
+        deadline = clock.now + timedelta(hours=1)
+        store.save("k", make_envelope(deadline=deadline))
+        clock.advance(timedelta(hours=1))
+        assert store.load("k") is not None, "at the deadline exactly, not yet expired"
+        clock.advance(timedelta(microseconds=1))
+        with pytest.raises(Expired) as info:
+            store.load("k")
+        exc = info.value
+        assert exc.key == "k" and exc.deadline == deadline and exc.token is not None and not exc.token.is_zero
+        self._assert_clean(exc, "k")
+        inspected = store.load("k", allow_expired=True)
+        assert inspected is not None and inspected.token == exc.token
+        store.delete("k", exc.token)
+        assert store.load("k", allow_expired=True) is None
+
+    def test_claim_of_expired_removes_and_raises(self, store: Store, clock: FakeClock) -> None:
+        store.save("k", make_envelope(deadline=clock.now + timedelta(seconds=1)))
+        clock.advance(timedelta(seconds=2))
+        with pytest.raises(Expired):
+            store.claim("k")
+        assert store.load("k", allow_expired=True) is None
+        assert store.claim("k") is None
+
+    def test_past_deadline_at_save_is_parked_but_never_resumed(self, store: Store, clock: FakeClock) -> None:
+        store.save("k", make_envelope(deadline=clock.now - timedelta(seconds=1)))
+        with pytest.raises(Expired):
+            store.claim("k")
+
+    # --- 6. list -----------------------------------------------------------------------
+
+    def test_list_streams_headers(self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend],
+                                  clock: FakeClock) -> None:
+        store = make_store()
+        deadline = clock.now + timedelta(days=1)
+        store.save("org/a#1", make_envelope("r1", deadline=deadline))
+        store.save("org/a#2", make_envelope("r2"))
+        store.save("other/b", make_envelope("r3"))
+        make_store("someone-else").save("org/a#3", make_envelope("r4"))
+        listing = store.list()
+        assert iter(listing) is listing, "list must stream (an iterator), not build a list"
+        items = {item.key: item for item in listing}
+        assert set(items) == {"org/a#1", "org/a#2", "other/b"}
+        one = items["org/a#1"]
+        assert (one.run_id, one.deadline, one.created_at) == ("r1", deadline, clock.now)
+        assert dict(one.labels) == {"repo": "org/repo", "pr": "42"}
+        assert one.sealed_by == f"{store.sealer.name}:{store.sealer.key_id}"
+        assert one.size == len(self._raw(store, "org/a#1"))
+        assert {i.key for i in store.list("org/")} == {"org/a#1", "org/a#2"}
+        assert {i.key for i in store.list("org/a#2")} == {"org/a#2"}
+        assert list(store.list("nothing/")) == []
+
+    def test_list_needs_no_keys(self, make_store: Callable[..., Store]) -> None:
+        sealed = make_store()
+        sealed.save("k", make_envelope())
+        stranger = make_store(sealer=AesGcmSealer(Keyring.generate()))
+        assert [i.key for i in stranger.list()] == ["k"]
+
+    def test_list_many(self, store: Store) -> None:
+        for i in range(600):  # more than one page of any paging backend
+            store.save(f"many/{i:04d}", make_envelope(f"r{i}"))
+        assert sorted(i.key for i in store.list("many/")) == [f"many/{i:04d}" for i in range(600)]
+
+    # --- 7. sweep ----------------------------------------------------------------------
+
+    def test_sweep_removes_only_the_expired(self, store: Store, clock: FakeClock) -> None:
+        store.save("old", make_envelope(deadline=clock.now + timedelta(minutes=1)))
+        store.save("live", make_envelope(deadline=clock.now + timedelta(days=1)))
+        store.save("forever", make_envelope())
+        clock.advance(timedelta(minutes=2))
+        assert store.sweep() == 1
+        assert store.load("old", allow_expired=True) is None
+        assert store.load("live") is not None and store.load("forever") is not None
+        assert store.sweep(now=clock.now + timedelta(days=2)) == 1
+        assert store.load("forever") is not None
+
+    def test_sweep_needs_no_keys(self, make_store: Callable[..., Store], clock: FakeClock) -> None:
+        make_store().save("k", make_envelope(deadline=clock.now - timedelta(seconds=1)))
+        keyless = make_store(sealer=PlaintextSealer())
+        assert keyless.sweep() == 1
+
+    def test_save_racing_a_sweep_survives(self, make_store: Callable[..., Store],
+                                          backend_opener: Callable[[], Backend], clock: FakeClock) -> None:
+        # Deterministic: the re-save lands between the sweep's read and its delete.
+        writer = make_store()
+        writer.save("k", make_envelope("old", deadline=clock.now - timedelta(seconds=1)))
+        recorder = RecordingBackend(
+            backend_opener(), before_delete=lambda _name: writer.save("k", make_envelope("new"))
+        )
+        sweeper = make_store(backend=recorder)
+        assert sweeper.sweep() == 0
+        parked = writer.load("k")
+        assert parked is not None and parked.envelope.run_id == "new"
+
+    def test_save_racing_a_sweep_in_threads(self, make_store: Callable[..., Store], clock: FakeClock) -> None:
+        writer, sweeper = make_store(), make_store()
+        for round_ in range(20):
+            writer.save("k", make_envelope("old", deadline=clock.now - timedelta(seconds=1)))
+            t = threading.Thread(target=sweeper.sweep)
+            t.start()
+            writer.save("k", make_envelope(f"new-{round_}"))
+            t.join()
+            parked = writer.load("k")
+            assert parked is not None and parked.envelope.run_id == f"new-{round_}"
+
+    # --- 8. reseal ---------------------------------------------------------------------
+
+    def test_reseal_moves_plaintext_to_the_sealer(self, make_store: Callable[..., Store],
+                                                  backend_opener: Callable[[], Backend], sealer: Sealer) -> None:
+        if isinstance(sealer, PlaintextSealer):
+            pytest.skip("the contract runs under the plaintext sealer")
+        backend = backend_opener()
+        legacy = make_store(backend=backend, sealer=PlaintextSealer())
+        env = make_envelope()
+        legacy.save("k", env)
+        with pytest.raises(IntegrityError):
+            make_store(backend=backend_opener()).load("k")
+        migrating = make_store(backend=backend_opener(), accept_plaintext=True)
+        report = migrating.reseal()
+        assert report == 1
+        assert migrating.reseal() == 0
+        strict = make_store(backend=backend_opener())
+        parked = strict.load("k")
+        assert parked is not None and parked.envelope.provider_state == env.provider_state
+        assert next(strict.list()).sealed_by == f"{sealer.name}:{sealer.key_id}"
+
+    def test_reseal_loses_to_a_concurrent_save(self, make_store: Callable[..., Store],
+                                               backend_opener: Callable[[], Backend], sealer: Sealer) -> None:
+        if isinstance(sealer, PlaintextSealer):
+            pytest.skip("the contract runs under the plaintext sealer")
+        legacy = make_store(sealer=PlaintextSealer())
+        legacy.save("k", make_envelope("old"))
+        recorder = RecordingBackend(
+            backend_opener(), before_conditional_put=lambda _n: legacy.save("k", make_envelope("new"))
+        )
+        migrating = make_store(backend=recorder, accept_plaintext=True)
+        report = migrating.reseal()
+        assert report == 0 and report.skipped == 1
+        parked = make_store(accept_plaintext=True).load("k")
+        assert parked is not None and parked.envelope.run_id == "new"
+
+    # --- 9. keys and identities ----------------------------------------------------------
+
+    @pytest.mark.parametrize("key", BAD_KEYS, ids=lambda k: repr(k)[:24])
+    def test_bad_key_is_refused_before_any_io(self, key: str, make_store: Callable[..., Store],
+                                              backend_opener: Callable[[], Backend]) -> None:
+        recorder = RecordingBackend(backend_opener())
+        store = make_store(backend=recorder)
+        for call in (
+            lambda: store.save(key, make_envelope()),
+            lambda: store.load(key),
+            lambda: store.delete(key, Token(1)),
+            lambda: store.claim(key),
+        ):
+            with pytest.raises(InvalidKey) as info:
+                call()
+            assert isinstance(info.value, ValueError)
+        assert recorder.calls == []
+
+    @pytest.mark.parametrize("key", GOOD_KEYS, ids=lambda k: repr(k)[:24])
+    def test_good_keys_round_trip(self, key: str, store: Store) -> None:
+        store.save(key, make_envelope(key))
+        parked = store.load(key)
+        assert parked is not None and parked.envelope.run_id == key
+        assert [i.key for i in store.list()] == [key]
+        assert store.claim(key) is not None
+
+    def test_a_key_and_its_children_coexist(self, store: Store) -> None:
+        for key in ("a", "a/b", "a/b/c", "ab"):
+            store.save(key, make_envelope(key))
+        for key in ("a", "a/b", "a/b/c", "ab"):
+            parked = store.load(key)
+            assert parked is not None and parked.envelope.run_id == key
+
+    @pytest.mark.parametrize("identity", BAD_IDENTITIES, ids=lambda k: repr(k)[:24])
+    def test_bad_identity_is_refused(self, identity: str, backend_opener: Callable[[], Backend],
+                                     sealer: Sealer) -> None:
+        recorder = RecordingBackend(backend_opener())
+        with pytest.raises(InvalidKey):
+            Store(recorder, identity=identity, sealer=sealer)
+        assert recorder.calls == []
+
+    def test_identities_are_separate_namespaces(self, make_store: Callable[..., Store]) -> None:
+        a, b, ab = make_store("a"), make_store("b"), make_store("a.b")
+        a.save("k", make_envelope("in-a"))
+        assert b.load("k") is None and ab.load("k") is None
+        assert list(b.list()) == [] and b.claim("k") is None
+        parked = a.load("k")
+        assert parked is not None and parked.envelope.run_id == "in-a"
+
+    # --- bad input changes nothing parked --------------------------------------------------
+
+    def test_bad_envelopes_are_refused_and_change_nothing(self, make_store: Callable[..., Store],
+                                                          backend_opener: Callable[[], Backend]) -> None:
+        recorder = RecordingBackend(backend_opener())
+        store = make_store(backend=recorder, max_envelope_bytes=4096)
+        store.save("k", make_envelope("kept"))
+        before = self._raw(store, "k")
+        recorder.calls.clear()
+        with pytest.raises(InvalidEnvelope):
+            store.save("k", make_envelope(version=2))
+        with pytest.raises(InvalidEnvelope):
+            store.save("k", {"not": "an envelope"})  # type: ignore[arg-type]
+        with pytest.raises(EnvelopeTooLarge) as info:
+            store.save("k", make_envelope(provider_state={"blob": "x" * 5000}))
+        self._assert_clean(info.value, "k")
+        assert recorder.calls == []
+        assert self._raw(store, "k") == before
+
+    def test_envelope_construction_refuses_bad_values(self) -> None:
+        with pytest.raises(InvalidEnvelope):
+            make_envelope(deadline=datetime(2030, 1, 1))
+        with pytest.raises(InvalidEnvelope):
+            make_envelope(provider_state=b"{not json")
+        with pytest.raises(InvalidEnvelope):
+            make_envelope(provider_state={"x": object()})
+        with pytest.raises(InvalidEnvelope):
+            make_envelope(labels={"a": 1})
+
+    # --- tampering, moving, downgrading -------------------------------------------------
+
+    def test_every_changed_byte_fails_to_open(self, store: Store) -> None:
+        store.save("k", make_envelope(provider_state={"m": SECRET}))
+        frame = self._raw(store, "k")
+        positions = sorted(set(range(0, min(len(frame), 400))) | set(range(len(frame) - 64, len(frame))))
+        for pos in positions:
+            bad = bytearray(frame)
+            bad[pos] ^= 0x01
+            self._plant(store, "k", bytes(bad))
+            with pytest.raises((IntegrityError, FormatError)) as info:
+                store.load("k")
+            assert SECRET not in str(info.value)
+        self._plant(store, "k", frame)
+        assert store.load("k") is not None
+
+    def test_truncated_and_appended_frames_fail(self, store: Store) -> None:
+        store.save("k", make_envelope())
+        frame = self._raw(store, "k")
+        for bad in (frame[:n] for n in (0, 1, 8, PREFIX_SIZE, PREFIX_SIZE + 5, len(frame) // 2, len(frame) - 1)):
+            self._plant(store, "k", bad)
+            with pytest.raises((IntegrityError, FormatError)):
+                store.load("k")
+        self._plant(store, "k", frame + b"\x00")
+        with pytest.raises((IntegrityError, FormatError)):
+            store.load("k")
+
+    def test_frame_copied_to_another_key_fails(self, store: Store) -> None:
+        store.save("victim", make_envelope())
+        self._plant(store, "attacker", self._raw(store, "victim"))
+        with pytest.raises(IntegrityError) as info:
+            store.load("attacker")
+        self._assert_clean(info.value, "attacker")
+        with pytest.raises(IntegrityError):
+            store.claim("attacker")
+        assert store.load("victim") is not None
+
+    def test_frame_copied_to_another_identity_fails(self, make_store: Callable[..., Store]) -> None:
+        a, b = make_store("tenant-a"), make_store("tenant-b")
+        a.save("k", make_envelope())
+        self._plant(b, "k", self._raw(a, "k"))
+        with pytest.raises(IntegrityError):
+            b.load("k")
+
+    def test_plaintext_frame_in_a_sealed_store_is_refused(self, make_store: Callable[..., Store],
+                                                          sealer: Sealer) -> None:
+        if isinstance(sealer, PlaintextSealer):
+            pytest.skip("the contract runs under the plaintext sealer")
+        plain = make_store(sealer=PlaintextSealer())
+        plain.save("k", make_envelope())
+        sealed = make_store()
+        with pytest.raises(IntegrityError) as info:
+            sealed.load("k")
+        self._assert_clean(info.value, "k")
+        with pytest.raises(IntegrityError):
+            sealed.claim("k")
+        assert plain.load("k") is not None, "a refused frame is left in place"
+        parked = make_store(accept_plaintext=True).load("k")
+        assert parked is not None
+
+    def test_sealed_frame_in_a_plaintext_store_names_the_key_needed(self, make_store: Callable[..., Store],
+                                                                    sealer: Sealer) -> None:
+        if isinstance(sealer, PlaintextSealer):
+            pytest.skip("the contract runs under the plaintext sealer")
+        make_store().save("k", make_envelope())
+        with pytest.raises(IntegrityError) as info:
+            make_store(sealer=PlaintextSealer()).load("k")
+        assert sealer.key_id in str(info.value)
+
+    def test_frame_under_a_key_not_held_is_refused(self, make_store: Callable[..., Store]) -> None:
+        make_store().save("k", make_envelope())
+        with pytest.raises(IntegrityError):
+            make_store(sealer=AesGcmSealer(Keyring.generate())).load("k")
+
+    def test_future_format_is_refused_and_left_untouched(self, store: Store, clock: FakeClock) -> None:
+        store.save("k", make_envelope(deadline=clock.now - timedelta(days=1)))
+        frame = bytearray(self._raw(store, "k"))
+        frame[8] = 99  # the format version byte after the magic
+        self._plant(store, "k", bytes(frame))
+        with pytest.raises(FormatError):
+            store.load("k")
+        with pytest.raises(FormatError):
+            store.claim("k")
+        store.sweep(now=clock.now + timedelta(days=30))
+        assert self._raw(store, "k") == bytes(frame)
+
+    def test_garbage_where_a_frame_should_be(self, store: Store) -> None:
+        for garbage in (b"", b"{}", b"hello world", bytes(range(256)) * 4):
+            self._plant(store, "k", garbage)
+            with pytest.raises(FormatError) as info:
+                store.load("k")
+            assert isinstance(info.value, BerthError)
+        assert [i.key for i in store.list()] == []

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import functools
+import os
+import stat
+import tracemalloc
+
+import pytest
+
+import berth
+from berth.backends.sqlite import SqliteBackend
+from berth.testing import StoreContract, make_envelope
+
+
+class TestSqliteContract(StoreContract):
+    @pytest.fixture
+    def backend_opener(self, tmp_path):
+        return functools.partial(SqliteBackend, str(tmp_path / "berth.db"))
+
+
+def test_database_file_is_private(tmp_path) -> None:
+    old = os.umask(0)
+    try:
+        store = berth.open_store(f"sqlite:///{tmp_path}/d/b.db", identity="x", sealer=berth.PlaintextSealer())
+        store.save("k", make_envelope())
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "d").st_mode) == 0o700
+    for f in (tmp_path / "d").iterdir():
+        assert stat.S_IMODE(os.stat(f).st_mode) == 0o600, f
+
+
+def test_wal_mode(tmp_path) -> None:
+    backend = SqliteBackend(str(tmp_path / "b.db"))
+    assert backend._conn().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert backend._conn().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+
+
+def test_generation_never_reused_after_delete(tmp_path) -> None:
+    backend = SqliteBackend(str(tmp_path / "b.db"))
+    first = backend.put("i/k", b"1")
+    backend.delete("i/k", first)
+    second = backend.put("i/k", b"1")
+    assert second != first
+
+
+def test_listing_memory_stays_flat(tmp_path) -> None:
+    store = berth.open_store(f"sqlite:///{tmp_path}/b.db", identity="x", sealer=berth.PlaintextSealer())
+    state = {"blob": "x" * 4096}
+
+    def peak_for(n: int) -> int:
+        for i in range(n):
+            store.save(f"k{n}/{i:05d}", make_envelope(provider_state=state))
+        tracemalloc.start()
+        count = sum(1 for _ in store.list(f"k{n}/"))
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert count == n
+        return peak
+
+    small, large = peak_for(1000), peak_for(4000)
+    assert large < small * 2, (small, large)

