@@ -1,0 +1,77 @@
+"""AesGcmSealer and Keyring."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import stat
+
+import pytest
+
+import berth
+
+
+def test_keyring_save_is_0600_and_round_trips(tmp_path) -> None:
+    ring = berth.Keyring.generate()
+    old = os.umask(0)
+    try:
+        ring.save(tmp_path / "keys.json")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "keys.json").st_mode) == 0o600
+    loaded = berth.Keyring.load(tmp_path / "keys.json")
+    assert loaded.primary == ring.primary and loaded.key(ring.primary) == ring.key(ring.primary)
+
+
+def test_rotate_seals_with_the_new_key_and_opens_old_frames() -> None:
+    old = berth.Keyring.generate()
+    new = old.rotate()
+    assert new.primary != old.primary and old.primary in new and len(new) == 2
+    sealed_old = berth.AesGcmSealer(old).seal(b"state", aad=b"a")
+    sealer = berth.AesGcmSealer(new)
+    assert sealer.open(sealed_old, aad=b"a") == b"state"
+    assert sealer.key_id == new.primary
+    with pytest.raises(berth.IntegrityError):
+        berth.AesGcmSealer(berth.Keyring.generate()).open(sealed_old, aad=b"a")
+
+
+def test_every_failure_to_open_is_integrity_error() -> None:
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    sealed = sealer.seal(b"state", aad=b"a")
+    for bad in (b"", b"\x01", b"\x02" + sealed[1:], sealed[:-1], sealed + b"x", b"\x01\xff" + b"k" * 40):
+        with pytest.raises(berth.IntegrityError):
+            sealer.open(bad, aad=b"a")
+    with pytest.raises(berth.IntegrityError):
+        sealer.open(sealed, aad=b"b")
+
+
+def test_bad_keyrings_are_refused(tmp_path) -> None:
+    with pytest.raises(ValueError):
+        berth.Keyring({"k": b"short"}, "k")
+    with pytest.raises(ValueError):
+        berth.Keyring({"k": bytes(32)}, "other")
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError):
+        berth.Keyring.load(tmp_path / "bad.json")
+    with pytest.raises(TypeError):
+        berth.AesGcmSealer(b"0" * 32)  # type: ignore[arg-type]
+
+
+def test_repr_never_shows_key_material() -> None:
+    ring = berth.Keyring.generate()
+    key = ring.key(ring.primary)
+    assert key is not None
+    for text in (repr(ring), repr(berth.AesGcmSealer(ring))):
+        assert key.hex() not in text and str(key) not in text
+
+
+def test_sealer_pickles_for_worker_processes() -> None:
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    clone = pickle.loads(pickle.dumps(sealer))
+    assert clone.open(sealer.seal(b"x", aad=b"a"), aad=b"a") == b"x"
+
+
+def test_large_bodies_round_trip() -> None:
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    data = os.urandom(3 << 20)
+    assert bytes(sealer.open(sealer.seal(data, aad=b"a"), aad=b"a")) == data

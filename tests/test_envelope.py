@@ -1,0 +1,110 @@
+"""The envelope, digests and check_resumable."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import berth
+from berth._envelope import decode_envelope, encode_envelope
+from berth.testing import make_envelope
+
+NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
+
+
+def test_provider_state_is_carried_verbatim() -> None:
+    raw = b'{ "b": 1,   "a": [1.50, "\\u00e9"] }'
+    env = berth.Envelope(provider_state=raw)
+    assert env.provider_state == raw
+    assert decode_envelope(encode_envelope(env, NOW)).provider_state == raw
+
+
+def test_json_values_are_encoded_once() -> None:
+    env = berth.Envelope(provider_state={"messages": [{"role": "user", "content": "hi"}]}, loop_state=[1, 2])
+    assert env.state() == {"messages": [{"role": "user", "content": "hi"}]}
+    assert env.loop_state == b"[1,2]"
+
+
+def test_loop_state_none_and_json_null_are_kept_apart() -> None:
+    assert decode_envelope(encode_envelope(berth.Envelope(provider_state={}), NOW)).loop_state is None
+
+
+def test_envelope_is_immutable() -> None:
+    env = make_envelope()
+    with pytest.raises(AttributeError):
+        env.model = "x"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        env.labels["x"] = "y"  # type: ignore[index]
+    assert isinstance(env.pending_calls, tuple)
+
+
+def test_replace_copy_and_pickle() -> None:
+    env = make_envelope()
+    assert env.replace(model="other").model == "other" and env.model == "claude-test"
+    assert copy.deepcopy(env) == env
+    assert pickle.loads(pickle.dumps(env)) == env
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"deadline": datetime(2030, 1, 1)},
+        {"created_at": datetime(2030, 1, 1)},
+        {"deadline": "tomorrow"},
+        {"provider_state": b"not json"},
+        {"provider_state": b'{"a": 1} trailing'},
+        {"provider_state": {"x": complex(1, 2)}},
+        {"loop_state": b"{"},
+        {"labels": {"k": 1}},
+        {"labels": {"": "v"}},
+        {"labels": {"k": "v" * 300}},
+        {"pending_calls": ["not a call"]},
+        {"pending_calls": "abc"},
+        {"turn": "3"},
+        {"turn": True},
+        {"provider": None},
+    ],
+)
+def test_bad_fields_are_refused(changes: dict[str, object]) -> None:
+    with pytest.raises(berth.InvalidEnvelope) as info:
+        make_envelope(**changes)
+    assert isinstance(info.value, ValueError)
+
+
+def test_pending_call_input_must_be_json() -> None:
+    with pytest.raises(berth.InvalidEnvelope):
+        berth.PendingCall("1", "ask", b"{nope")
+    assert berth.PendingCall("1", "ask", {"q": "?"}).input_value() == {"q": "?"}
+
+
+def test_digest_json_is_canonical() -> None:
+    assert berth.digest_json({"b": 1, "a": 2}) == berth.digest_json({"a": 2, "b": 1})
+    assert berth.digest_json({"a": 1}) != berth.digest_json({"a": 2})
+    assert berth.digest_json([]).startswith("sha256:") and len(berth.digest_json([])) == 71
+    with pytest.raises(berth.InvalidEnvelope):
+        berth.digest_json(object())
+
+
+def test_digest_file(tmp_path) -> None:
+    p = tmp_path / "machine.yaml"
+    p.write_bytes(b"states: [a, b]\n")
+    assert berth.digest_file(p) == "sha256:" + __import__("hashlib").sha256(b"states: [a, b]\n").hexdigest()
+
+
+def test_check_resumable() -> None:
+    env = make_envelope(deadline=NOW + timedelta(hours=1))
+    ok = dict(provider=env.provider, model=env.model, config_digest=env.config_digest)
+    berth.check_resumable(env, **ok, now=NOW)
+    for field, value in (("provider", "openai"), ("model", "other"), ("config_digest", "sha256:1")):
+        with pytest.raises(berth.ConfigDrift):
+            berth.check_resumable(env, **{**ok, field: value}, now=NOW)
+    with pytest.raises(berth.ConfigDrift):
+        berth.check_resumable(env.replace(version=2), **ok, now=NOW)
+    berth.check_resumable(env, **ok, now=NOW + timedelta(hours=1))  # at the deadline: still fine
+    with pytest.raises(berth.Expired) as info:
+        berth.check_resumable(env, **ok, now=NOW + timedelta(hours=1, microseconds=1))
+    assert info.value.deadline == env.deadline
+    assert berth.check_resumable(env.replace(deadline=None), **ok) is None

@@ -1,0 +1,56 @@
+"""Known-answer frame vectors and the frame layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import berth
+from berth._frame import MAGIC, PREFIX_SIZE, peek_header
+from berth.backends.memory import MemoryBackend
+from tests.vectors import make_vectors as kat
+
+VECTORS = Path(__file__).parent / "vectors"
+
+
+@pytest.mark.parametrize("name", ["plaintext", "aes-gcm"])
+def test_frame_format_matches_the_committed_vector(name: str) -> None:
+    committed = (VECTORS / f"{name}.frame").read_bytes()
+    assert kat.frame(kat.sealers()[name]) == committed, (
+        "the frame format changed: if that is intended, bump FORMAT_VERSION and regenerate "
+        "tests/vectors with make_vectors.py"
+    )
+
+
+@pytest.mark.parametrize("name", ["plaintext", "aes-gcm"])
+def test_committed_vector_opens_to_the_envelope(name: str) -> None:
+    store = berth.Store(MemoryBackend(), identity=kat.IDENTITY, sealer=kat.sealers()[name])
+    store.backend.put(f"{kat.IDENTITY}/{kat.KEY}", (VECTORS / f"{name}.frame").read_bytes())
+    parked = store.load(kat.KEY)
+    assert parked is not None and parked.envelope == kat.envelope()
+
+
+def test_frame_layout() -> None:
+    frame = (VECTORS / "plaintext.frame").read_bytes()
+    assert frame[:8] == MAGIC and frame[8] == 1
+    hlen = int.from_bytes(frame[9:13], "big")
+    header = json.loads(frame[PREFIX_SIZE : PREFIX_SIZE + hlen])
+    assert header["identity"] == kat.IDENTITY and header["key"] == kat.KEY
+    assert header["sealer"] == "plaintext" and header["body_len"] == len(frame) - PREFIX_SIZE - hlen - 32
+    body = json.loads(frame[PREFIX_SIZE + hlen : -32])  # plaintext frames stay readable JSON
+    assert body["provider_state"] == {"messages": [{"role": "user", "content": "may I merge?"}]}
+
+
+def test_sealed_frame_hides_the_body() -> None:
+    frame = (VECTORS / "aes-gcm.frame").read_bytes()
+    assert b"may I merge" not in frame and b"Merge #42" not in frame
+    header, _ = peek_header(frame, kat.IDENTITY, kat.KEY)
+    assert header.sealed_by == "aes-gcm:kat-key-1"
+
+
+def test_nonces_are_fresh_per_seal() -> None:
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    a, b = sealer.seal(b"same", aad=b"x"), sealer.seal(b"same", aad=b"x")
+    assert a != b
