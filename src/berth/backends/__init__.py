@@ -71,7 +71,7 @@ def open_backend(url: str, **options: Any) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if extra and exc.name and not exc.name.startswith("berth"):
+        if extra and exc.name and not (exc.name == "berth" or exc.name.startswith("berth.")):
             raise BerthError(
                 f"the {scheme}:// backend needs the {exc.name!r} package: pip install 'berth[{extra}]'"
             ) from exc

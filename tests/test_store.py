@@ -1,0 +1,112 @@
+"""open_store, the plaintext warning, error mapping, and the one-frame checkpoint helpers."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import warnings
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import berth
+import berth._store as store_module
+from berth.backends import registry
+from berth.testing import SECRET, make_envelope
+
+
+def test_unknown_scheme_names_the_known_ones() -> None:
+    with pytest.raises(berth.BerthError, match="unknown store scheme 'ftp'.*sqlite://"):
+        berth.open_store("ftp://x", identity="a", sealer=berth.PlaintextSealer())
+    with pytest.raises(berth.BerthError, match="no scheme"):
+        berth.open_store("/just/a/path", identity="a", sealer=berth.PlaintextSealer())
+
+
+def test_missing_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(registry, "fake", ("berth_tests_no_such_module.backend", "X", "fakeextra"))
+    with pytest.raises(berth.BerthError, match=r"pip install 'berth\[fakeextra\]'"):
+        berth.open_store("fake://x", identity="a", sealer=berth.PlaintextSealer())
+
+
+def test_invalid_identity_before_any_io(tmp_path) -> None:
+    with pytest.raises(berth.InvalidKey):
+        berth.open_store(f"sqlite:///{tmp_path}/x.db", identity="../etc", sealer=berth.PlaintextSealer())
+    assert not (tmp_path / "x.db").exists()
+
+
+def test_import_berth_pulls_in_no_cloud_client() -> None:
+    import subprocess
+
+    code = (
+        "import sys, berth, berth.testing; "
+        "bad = [m for m in ('boto3', 'botocore', 'psycopg', 'redis', 'google.cloud', 'google.cloud.storage') "
+        "if m in sys.modules]; print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_plaintext_store_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "_warned_plaintext", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        berth.open_store("memory://", identity="a")
+        berth.open_store("memory://", identity="b")
+        berth.open_store("memory://", identity="c", sealer=berth.PlaintextSealer())
+    plaintext = [w for w in caught if issubclass(w.category, berth.PlaintextWarning)]
+    assert len(plaintext) == 1 and "not sealed" in str(plaintext[0].message)
+
+
+class _Exploding:
+    def put(self, name, data, *, if_match=None, if_absent=False):
+        raise ConnectionResetError("peer reset")
+
+    get = delete = scan = put
+
+
+def test_raw_backend_errors_become_backend_error() -> None:
+    store = berth.Store(_Exploding(), identity="a", sealer=berth.PlaintextSealer())  # type: ignore[arg-type]
+    with pytest.raises(berth.BackendError, match="identity 'a', key 'k'") as info:
+        store.save("k", make_envelope())
+    assert isinstance(info.value.__cause__, ConnectionResetError)
+    assert SECRET not in str(info.value)
+
+
+def test_checkpoint_round_trip_is_private_and_sealed(tmp_path) -> None:
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    path = tmp_path / "turn-1.ckpt"
+    env = make_envelope()
+    old = os.umask(0)
+    try:
+        berth.save_checkpoint(path, env, sealer=sealer)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert SECRET.encode() not in path.read_bytes()
+    loaded = berth.load_checkpoint(path, sealer=sealer)
+    assert loaded.provider_state == env.provider_state
+    assert [p.name for p in tmp_path.iterdir()] == ["turn-1.ckpt"]
+
+
+def test_checkpoint_refuses_tampering_renaming_and_expiry(tmp_path) -> None:
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    path = tmp_path / "a.ckpt"
+    berth.save_checkpoint(path, make_envelope(), sealer=sealer)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    (tmp_path / "t.ckpt").write_bytes(bytes(data))
+    with pytest.raises(berth.IntegrityError):
+        berth.load_checkpoint(tmp_path / "t.ckpt", sealer=sealer)
+    path.rename(tmp_path / "b.ckpt")
+    with pytest.raises(berth.IntegrityError):
+        berth.load_checkpoint(tmp_path / "b.ckpt", sealer=sealer)
+    past = datetime.now(timezone.utc) - timedelta(seconds=1)
+    berth.save_checkpoint(path, make_envelope(deadline=past), sealer=sealer)
+    with pytest.raises(berth.Expired):
+        berth.load_checkpoint(path, sealer=sealer)
+    assert berth.load_checkpoint(path, sealer=sealer, allow_expired=True).deadline == past
+    with pytest.raises(FileNotFoundError):
+        berth.load_checkpoint(tmp_path / "missing.ckpt", sealer=sealer)
+    with pytest.raises(berth.IntegrityError):
+        berth.load_checkpoint(path)  # a plaintext reader is refused a sealed frame
