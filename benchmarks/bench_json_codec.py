@@ -32,8 +32,12 @@ def transcript(mib: int) -> list[dict[str, object]]:
     size = 0
     while size < mib << 20:
         text = " ".join(rng.choice(words) for _ in range(rng.randint(20, 400)))
-        msg = {"role": rng.choice(["user", "assistant"]), "content": [{"type": "text", "text": text}],
-               "id": f"msg_{len(messages)}", "tokens": rng.randint(1, 4000)}
+        msg = {
+            "role": rng.choice(["user", "assistant"]),
+            "content": [{"type": "text", "text": text}],
+            "id": f"msg_{len(messages)}",
+            "tokens": rng.randint(1, 4000),
+        }
         messages.append(msg)
         size += len(text) + 80
     return messages

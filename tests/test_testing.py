@@ -87,7 +87,11 @@ def test_contract_fails_a_broken_backend(flaw: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", str(module), "-q", "-p", "no:cacheprovider", "-W", "ignore"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
     )
     failed = set(re.findall(r"FAILED \S+::TestBroken::(\w+)", result.stdout))
     assert result.returncode == 1, result.stdout[-2000:]
@@ -100,7 +104,11 @@ def test_unoverridden_fixture_says_what_to_do(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", str(module), "-q", "-p", "no:cacheprovider", "-x", "-W", "ignore"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
     )
     assert result.returncode == 1
     assert "override the backend_opener fixture" in result.stdout

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 
@@ -26,7 +26,7 @@ __all__ = [
 ENVELOPE_VERSION = 1
 """The only envelope version this berth parks and resumes."""
 
-RawJSON = Union[bytes, bytearray, memoryview, str, Any]
+RawJSON = bytes | bytearray | memoryview | str | Any
 _encoder = msgspec.json.Encoder()
 _LABEL_MAX = 256
 _LABELS_MAX = 64

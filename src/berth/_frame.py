@@ -11,10 +11,10 @@ identity, does not open.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
-from typing import Mapping
 
 import msgspec
 
@@ -79,8 +79,16 @@ def encode_header(h: Header) -> bytes:
     """Magic, format, length and header JSON: the part of the frame before the body."""
     js = _encoder.encode(
         _WireHeader(
-            FORMAT_VERSION, h.identity, h.key, h.run_id, h.created_at, h.deadline,
-            dict(h.labels), h.sealer, h.key_id, h.body_len,
+            FORMAT_VERSION,
+            h.identity,
+            h.key,
+            h.run_id,
+            h.created_at,
+            h.deadline,
+            dict(h.labels),
+            h.sealer,
+            h.key_id,
+            h.body_len,
         )
     )
     if len(js) > MAX_HEADER:
@@ -119,7 +127,8 @@ def peek_header(data: bytes | memoryview, identity: str, key: str) -> tuple[Head
     if fmt != FORMAT_VERSION:
         raise FormatError(
             f"frame at {where} has format version {fmt}; this berth reads {FORMAT_VERSION}: upgrade berth",
-            identity=identity, key=key,
+            identity=identity,
+            key=key,
         )
     end = PREFIX_SIZE + hlen
     if hlen > MAX_HEADER or len(view) < end:
@@ -131,8 +140,15 @@ def peek_header(data: bytes | memoryview, identity: str, key: str) -> tuple[Head
     if w.format != FORMAT_VERSION or w.created_at.tzinfo is None or (w.deadline and w.deadline.tzinfo is None):
         raise IntegrityError(f"frame header at {where} is not valid", identity=identity, key=key)
     header = Header(
-        w.identity, w.key, w.run_id, w.created_at, w.deadline,
-        MappingProxyType(w.labels), w.sealer, w.key_id, w.body_len,
+        w.identity,
+        w.key,
+        w.run_id,
+        w.created_at,
+        w.deadline,
+        MappingProxyType(w.labels),
+        w.sealer,
+        w.key_id,
+        w.body_len,
     )
     return header, end
 
@@ -149,6 +165,7 @@ def parse_frame(data: bytes | memoryview, identity: str, key: str) -> tuple[Head
         raise IntegrityError(
             f"frame at {_where(identity, key)} was written for identity {header.identity!r}, "
             f"key {header.key!r}: moved or swapped",
-            identity=identity, key=key,
+            identity=identity,
+            key=key,
         )
     return header, build_aad(view[:end], identity, key), view[end:]

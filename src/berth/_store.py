@@ -7,12 +7,12 @@ import os
 import secrets
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -292,8 +292,15 @@ class Store:
                 key=key,
             )
         header = Header(
-            self.identity, key, env.run_id, created_at, env.deadline, env.labels,
-            sealer.name, sealer.key_id, len(body),
+            self.identity,
+            key,
+            env.run_id,
+            created_at,
+            env.deadline,
+            env.labels,
+            sealer.name,
+            sealer.key_id,
+            len(body),
         )
         head = encode_header(header)
         aad = build_aad(head, self.identity, key)
@@ -446,8 +453,14 @@ class Store:
                 if header is None:
                     continue
                 yield Listing(
-                    key, header.run_id, header.created_at, header.deadline, size,
-                    header.labels, header.sealed_by, token,
+                    key,
+                    header.run_id,
+                    header.created_at,
+                    header.deadline,
+                    size,
+                    header.labels,
+                    header.sealed_by,
+                    token,
                 )
 
     def _check_prefix(self, prefix: str) -> None:
@@ -467,7 +480,7 @@ class Store:
             raise InvalidEnvelope("sweep(now=...) needs an aware datetime")
         removed = 0
         with self._backend_call("*", "sweep"):
-            for key, header, token, _ in list(self._expired_heads(now)):
+            for key, _header, token, _ in list(self._expired_heads(now)):
                 try:
                     self.backend.delete(self._prefix + key, token)
                 except TokenMismatch:

@@ -97,8 +97,12 @@ class FakeClock:
 class RecordingBackend:
     """Wraps a backend and records every call: proves that bad input does no I/O."""
 
-    def __init__(self, inner: Backend, before_delete: Callable[[str], None] | None = None,
-                 before_conditional_put: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        inner: Backend,
+        before_delete: Callable[[str], None] | None = None,
+        before_conditional_put: Callable[[str], None] | None = None,
+    ):
         self.inner = inner
         self.calls: list[str] = []
         self._before_delete = before_delete
@@ -165,8 +169,9 @@ def make_envelope(run_id: str = "run-1", **changes: Any) -> Envelope:
     return Envelope(**fields)
 
 
-def _claim_worker(opener: Callable[[], Backend], identity: str, sealer: Sealer, keys: list[str],
-                  start: Any, results: Any) -> None:
+def _claim_worker(
+    opener: Callable[[], Backend], identity: str, sealer: Sealer, keys: list[str], start: Any, results: Any
+) -> None:
     store = Store(opener(), identity=identity, sealer=sealer)
     won = []
     start.wait()
@@ -201,8 +206,9 @@ class StoreContract:
         return FakeClock()
 
     @pytest.fixture
-    def make_store(self, backend_opener: Callable[[], Backend], sealer: Sealer, clock: FakeClock) -> Iterator[
-            Callable[..., Store]]:
+    def make_store(
+        self, backend_opener: Callable[[], Backend], sealer: Sealer, clock: FakeClock
+    ) -> Iterator[Callable[..., Store]]:
         opened: list[Store] = []
 
         def make(identity: str = "contract", **kw: Any) -> Store:
@@ -336,8 +342,9 @@ class StoreContract:
         with pytest.raises(TokenMismatch):
             store.delete("never", Token("etag"))
 
-    def test_zero_token_never_matches_and_never_reaches_the_backend(self, make_store: Callable[..., Store],
-                                                                     backend_opener: Callable[[], Backend]) -> None:
+    def test_zero_token_never_matches_and_never_reaches_the_backend(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend]
+    ) -> None:
         recorder = RecordingBackend(backend_opener())
         store = make_store(backend=recorder)
         store.save("k", make_envelope())
@@ -375,8 +382,9 @@ class StoreContract:
             won = [k for ks in pool.map(worker, stores) for k in ks]
         assert sorted(won) == sorted(keys), "every key must be won exactly once"
 
-    def test_claim_race_between_processes(self, store: Store, backend_opener: Callable[[], Backend],
-                                          sealer: Sealer) -> None:
+    def test_claim_race_between_processes(
+        self, store: Store, backend_opener: Callable[[], Backend], sealer: Sealer
+    ) -> None:
         if not self.cross_process:
             pytest.skip("this backend does not reach the same storage from another process")
         keys = [f"prace/{i}" for i in range(self.process_race_keys)]
@@ -387,9 +395,10 @@ class StoreContract:
         results = ctx.Queue()
         n = self.process_race_workers
         procs = [
-            ctx.Process(target=_claim_worker,
-                        args=(backend_opener, store.identity, sealer, list(keys) if i % 2 else keys[::-1], start,
-                              results))
+            ctx.Process(
+                target=_claim_worker,
+                args=(backend_opener, store.identity, sealer, list(keys) if i % 2 else keys[::-1], start, results),
+            )
             for i in range(n)
         ]
         for p in procs:
@@ -436,8 +445,9 @@ class StoreContract:
 
     # --- 6. list -----------------------------------------------------------------------
 
-    def test_list_streams_headers(self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend],
-                                  clock: FakeClock) -> None:
+    def test_list_streams_headers(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend], clock: FakeClock
+    ) -> None:
         store = make_store()
         deadline = clock.now + timedelta(days=1)
         store.save("org/a#1", make_envelope("r1", deadline=deadline))
@@ -486,8 +496,9 @@ class StoreContract:
         keyless = make_store(sealer=PlaintextSealer())
         assert keyless.sweep() == 1
 
-    def test_save_racing_a_sweep_survives(self, make_store: Callable[..., Store],
-                                          backend_opener: Callable[[], Backend], clock: FakeClock) -> None:
+    def test_save_racing_a_sweep_survives(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend], clock: FakeClock
+    ) -> None:
         # Deterministic: the re-save lands between the sweep's read and its delete.
         writer = make_store()
         writer.save("k", make_envelope("old", deadline=clock.now - timedelta(seconds=1)))
@@ -512,8 +523,9 @@ class StoreContract:
 
     # --- 8. reseal ---------------------------------------------------------------------
 
-    def test_reseal_moves_plaintext_to_the_sealer(self, make_store: Callable[..., Store],
-                                                  backend_opener: Callable[[], Backend], sealer: Sealer) -> None:
+    def test_reseal_moves_plaintext_to_the_sealer(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend], sealer: Sealer
+    ) -> None:
         if isinstance(sealer, PlaintextSealer):
             pytest.skip("the contract runs under the plaintext sealer")
         backend = backend_opener()
@@ -531,8 +543,9 @@ class StoreContract:
         assert parked is not None and parked.envelope.provider_state == env.provider_state
         assert next(strict.list()).sealed_by == f"{sealer.name}:{sealer.key_id}"
 
-    def test_reseal_loses_to_a_concurrent_save(self, make_store: Callable[..., Store],
-                                               backend_opener: Callable[[], Backend], sealer: Sealer) -> None:
+    def test_reseal_loses_to_a_concurrent_save(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend], sealer: Sealer
+    ) -> None:
         if isinstance(sealer, PlaintextSealer):
             pytest.skip("the contract runs under the plaintext sealer")
         legacy = make_store(sealer=PlaintextSealer())
@@ -549,8 +562,9 @@ class StoreContract:
     # --- 9. keys and identities ----------------------------------------------------------
 
     @pytest.mark.parametrize("key", BAD_KEYS, ids=lambda k: repr(k)[:24])
-    def test_bad_key_is_refused_before_any_io(self, key: str, make_store: Callable[..., Store],
-                                              backend_opener: Callable[[], Backend]) -> None:
+    def test_bad_key_is_refused_before_any_io(
+        self, key: str, make_store: Callable[..., Store], backend_opener: Callable[[], Backend]
+    ) -> None:
         recorder = RecordingBackend(backend_opener())
         store = make_store(backend=recorder)
         for call in (
@@ -580,8 +594,9 @@ class StoreContract:
             assert parked is not None and parked.envelope.run_id == key
 
     @pytest.mark.parametrize("identity", BAD_IDENTITIES, ids=lambda k: repr(k)[:24])
-    def test_bad_identity_is_refused(self, identity: str, backend_opener: Callable[[], Backend],
-                                     sealer: Sealer) -> None:
+    def test_bad_identity_is_refused(
+        self, identity: str, backend_opener: Callable[[], Backend], sealer: Sealer
+    ) -> None:
         recorder = RecordingBackend(backend_opener())
         with pytest.raises(InvalidKey):
             Store(recorder, identity=identity, sealer=sealer)
@@ -597,8 +612,9 @@ class StoreContract:
 
     # --- bad input changes nothing parked --------------------------------------------------
 
-    def test_bad_envelopes_are_refused_and_change_nothing(self, make_store: Callable[..., Store],
-                                                          backend_opener: Callable[[], Backend]) -> None:
+    def test_bad_envelopes_are_refused_and_change_nothing(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend]
+    ) -> None:
         recorder = RecordingBackend(backend_opener())
         store = make_store(backend=recorder, max_envelope_bytes=4096)
         store.save("k", make_envelope("kept"))
@@ -629,7 +645,7 @@ class StoreContract:
     def test_every_changed_byte_fails_to_open(self, store: Store) -> None:
         store.save("k", make_envelope(provider_state={"m": SECRET}))
         frame = self._raw(store, "k")
-        positions = sorted(set(range(0, min(len(frame), 400))) | set(range(len(frame) - 64, len(frame))))
+        positions = sorted(set(range(min(len(frame), 400))) | set(range(len(frame) - 64, len(frame))))
         for pos in positions:
             bad = bytearray(frame)
             bad[pos] ^= 0x01
@@ -668,8 +684,9 @@ class StoreContract:
         with pytest.raises(IntegrityError):
             b.load("k")
 
-    def test_plaintext_frame_in_a_sealed_store_is_refused(self, make_store: Callable[..., Store],
-                                                          sealer: Sealer) -> None:
+    def test_plaintext_frame_in_a_sealed_store_is_refused(
+        self, make_store: Callable[..., Store], sealer: Sealer
+    ) -> None:
         if isinstance(sealer, PlaintextSealer):
             pytest.skip("the contract runs under the plaintext sealer")
         plain = make_store(sealer=PlaintextSealer())
@@ -684,8 +701,9 @@ class StoreContract:
         parked = make_store(accept_plaintext=True).load("k")
         assert parked is not None
 
-    def test_sealed_frame_in_a_plaintext_store_names_the_key_needed(self, make_store: Callable[..., Store],
-                                                                    sealer: Sealer) -> None:
+    def test_sealed_frame_in_a_plaintext_store_names_the_key_needed(
+        self, make_store: Callable[..., Store], sealer: Sealer
+    ) -> None:
         if isinstance(sealer, PlaintextSealer):
             pytest.skip("the contract runs under the plaintext sealer")
         make_store().save("k", make_envelope())

@@ -18,7 +18,7 @@ class TestFileContract(StoreContract):
 
 
 def _modes(root):
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         yield dirpath, stat.S_IMODE(os.stat(dirpath).st_mode), True
         for f in filenames:
             p = os.path.join(dirpath, f)

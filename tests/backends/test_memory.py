@@ -25,4 +25,4 @@ def test_plain_memory_url_is_private() -> None:
 
 def test_generations_count_up_bucket_wide() -> None:
     m = MemoryBackend()
-    assert [m.put(n, b"") .value for n in ("a", "b", "a")] == [1, 2, 3]
+    assert [m.put(n, b"").value for n in ("a", "b", "a")] == [1, 2, 3]

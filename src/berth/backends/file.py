@@ -231,7 +231,9 @@ class FileBackend:
         if "/" in prefix:
             dirs = [self._dir_for(prefix)]
         else:
-            dirs = [Path(e.path) for e in os.scandir(self.root) if e.is_dir(follow_symlinks=False) and e.name != ".locks"]
+            dirs = [
+                Path(e.path) for e in os.scandir(self.root) if e.is_dir(follow_symlinks=False) and e.name != ".locks"
+            ]
         for d in dirs:
             try:
                 entries = os.scandir(d)

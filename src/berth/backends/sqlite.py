@@ -86,9 +86,7 @@ class SqliteBackend:
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(
-                self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
-            )
+            conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             self._local.conn = conn
@@ -148,15 +146,23 @@ class SqliteBackend:
         while True:
             with _mapped(prefix):
                 if last is None:
-                    rows = self._conn().execute(
-                        f"SELECT name, {columns} FROM berth_frames WHERE name >= ? ORDER BY name LIMIT {_PAGE}",
-                        (*args, prefix),
-                    ).fetchall()
+                    rows = (
+                        self._conn()
+                        .execute(
+                            f"SELECT name, {columns} FROM berth_frames WHERE name >= ? ORDER BY name LIMIT {_PAGE}",
+                            (*args, prefix),
+                        )
+                        .fetchall()
+                    )
                 else:
-                    rows = self._conn().execute(
-                        f"SELECT name, {columns} FROM berth_frames WHERE name > ? ORDER BY name LIMIT {_PAGE}",
-                        (*args, last),
-                    ).fetchall()
+                    rows = (
+                        self._conn()
+                        .execute(
+                            f"SELECT name, {columns} FROM berth_frames WHERE name > ? ORDER BY name LIMIT {_PAGE}",
+                            (*args, last),
+                        )
+                        .fetchall()
+                    )
             for row in rows:
                 if not row[0].startswith(prefix):
                     return
