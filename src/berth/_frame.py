@@ -110,7 +110,8 @@ def header_size(data: bytes | memoryview) -> int | None:
     """Total size of magic, prefix and header, if `data` starts like a frame."""
     if len(data) < PREFIX_SIZE or bytes(data[:8]) != MAGIC:
         return None
-    return PREFIX_SIZE + _PREFIX.unpack_from(data)[2]
+    hlen: int = _PREFIX.unpack_from(data)[2]
+    return PREFIX_SIZE + hlen
 
 
 def peek_header(data: bytes | memoryview, identity: str, key: str) -> tuple[Header, int]:
