@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 from berth._aesgcm import AesGcmSealer, Keyring
+from berth._answers import frame_answer
+from berth._coordinator import Coordinator, Wake, WakeDecision
 from berth._envelope import (
     ENVELOPE_VERSION,
     Envelope,
@@ -32,6 +34,7 @@ from berth._errors import (
     TokenMismatch,
 )
 from berth._plaintext import PlaintextSealer
+from berth._questions import Answer, AnswerRefused, Question, QuestionStore, open_questions
 from berth._sealer import Sealer
 from berth._store import (
     Listing,
@@ -51,10 +54,13 @@ __version__ = "0.1.0"
 __all__ = [
     "ENVELOPE_VERSION",
     "AesGcmSealer",
+    "Answer",
+    "AnswerRefused",
     "Backend",
     "BackendError",
     "BerthError",
     "ConfigDrift",
+    "Coordinator",
     "Envelope",
     "EnvelopeTooLarge",
     "Expired",
@@ -68,15 +74,21 @@ __all__ = [
     "PendingCall",
     "PlaintextSealer",
     "PlaintextWarning",
+    "Question",
+    "QuestionStore",
     "ResealReport",
     "Sealer",
     "Store",
     "Token",
     "TokenMismatch",
+    "Wake",
+    "WakeDecision",
     "check_resumable",
     "digest_file",
     "digest_json",
+    "frame_answer",
     "load_checkpoint",
+    "open_questions",
     "open_store",
     "save_checkpoint",
 ]

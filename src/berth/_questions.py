@@ -1,0 +1,463 @@
+"""The question store: what a parked run asks a human, and the human's answer.
+
+Questions live in the same backends as envelopes, under backend names
+`{identity}:questions/{key}`. An identity cannot contain ':', so no envelope
+name (`{identity}/{key}`) can ever be a question's name, whatever the key.
+
+Each key holds at most one question record: the question and, once a human
+gave it, its answer. A record is a frame exactly like an envelope's (same
+header, same sealer, same associated data) whose frame identity is
+`{identity}:questions`, so a question frame copied over an envelope, or to
+another key, does not open. With a real sealer the prompt and the answer are
+sealed at rest; with `PlaintextSealer` (the default) they are stored readable.
+
+Every change is a compare-and-swap on the record's generation: an answer is
+attached only if the record still holds the question it names, so a human
+answering while a new question supersedes the old one is refused, never
+attached to the wrong question.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import msgspec
+
+from berth._envelope import Envelope
+from berth._errors import BackendError, FormatError, IntegrityError, InvalidKey, TokenMismatch, where
+from berth._keys import validate_identity, validate_key
+from berth._sealer import Sealer
+from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Store
+from berth._token import Token
+from berth.backends import Backend, open_backend
+
+__all__ = ["Answer", "AnswerRefused", "Question", "QuestionStore", "open_questions"]
+
+log = logging.getLogger("berth")
+
+NAMESPACE = ":questions"
+"""Appended to the identity to name the question namespace (`pr-bot:questions/org/repo#42`)."""
+
+_RECORD_VERSION = 1
+_RECORD_PROVIDER = "berth.questions"
+_RETRIES = 16  # each retry follows a concurrent change, and every change ends the loop
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A question a parked run asks a human: `id` is what an answer must name."""
+
+    id: str
+    key: str
+    run_id: str
+    prompt: str
+    asked_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A human's answer to one question, with who gave it and when."""
+
+    question_id: str
+    text: str
+    by: str
+    answered_at: datetime
+
+
+class AnswerRefused(TokenMismatch):
+    """An answer that cannot be attached: its question was superseded, consumed, or already answered.
+
+    A `TokenMismatch` because a question id is the human's compare-and-swap
+    handle: it no longer names what is pending. Carries `question_id` (the one
+    the answer named) and `pending_id` (the question pending now, or None).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        identity: str | None = None,
+        key: str | None = None,
+        question_id: str | None = None,
+        pending_id: str | None = None,
+    ):
+        super().__init__(message, identity=identity, key=key)
+        self.question_id = question_id
+        self.pending_id = pending_id
+
+
+class _WireQuestion(msgspec.Struct):
+    id: str
+    run_id: str
+    prompt: str
+    asked_at: datetime
+
+
+class _WireAnswer(msgspec.Struct):
+    text: str
+    by: str
+    answered_at: datetime
+
+
+class _WireRecord(msgspec.Struct):
+    v: int
+    question: _WireQuestion
+    answer: _WireAnswer | None = None
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(_WireRecord)
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    question: Question
+    answer: Answer | None
+    deadline: datetime | None
+    token: Token
+
+
+class _Frames(Store):
+    """A Store over the question namespace: the envelope machinery, another frame identity."""
+
+    def __init__(self, backend: Backend, *, identity: str, sealer: Sealer | None, **kw: Any):
+        super().__init__(backend, identity=identity, sealer=sealer, **kw)
+        self.owner = identity
+        self.identity = identity + NAMESPACE
+        self._prefix = self.identity + "/"
+
+    def put(self, key: str, envelope: Envelope, *, if_match: Token | None = None) -> Token:
+        name = self._name(key)
+        frame = self._build(key, envelope)
+        with self._backend_call(key, "write question"):
+            return self.backend.put(name, frame, if_match=if_match)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    return value
+
+
+class QuestionStore:
+    """Questions and answers for the parked runs of one identity, in one backend.
+
+    Safe to share between threads; every backend is safe to share between
+    processes. Open one with `berth.open_questions(url, identity=...)`, or wrap a
+    backend: `QuestionStore(backend, identity="pr-bot", sealer=...)` (the same
+    backend object an envelope `Store` uses is fine: the namespaces never meet).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        identity: str,
+        sealer: Sealer | None = None,
+        accept_plaintext: bool = False,
+        max_record_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
+        clock: Callable[[], datetime] | None = None,
+    ):
+        self.identity = validate_identity(identity)
+        self._frames = _Frames(
+            backend,
+            identity=identity,
+            sealer=sealer,
+            accept_plaintext=accept_plaintext,
+            max_envelope_bytes=max_record_bytes,
+            clock=clock,
+        )
+        self._clock = clock or _utcnow
+
+    def __repr__(self) -> str:
+        return (
+            f"QuestionStore({type(self._frames.backend).__name__}, identity={self.identity!r}, "
+            f"sealer={self._frames.sealer!r})"
+        )
+
+    def __enter__(self) -> QuestionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def backend(self) -> Backend:
+        """The backend the records live in."""
+        return self._frames.backend
+
+    def close(self) -> None:
+        """Release the backend's connections."""
+        self._frames.close()
+
+    def now(self) -> datetime:
+        """The store's clock (injectable for tests)."""
+        return self._clock()
+
+    # --- records -------------------------------------------------------------------------
+
+    def _key(self, key: object) -> str:
+        return validate_key(key, self.identity)
+
+    def _read(self, key: str) -> _Record | None:
+        parked = self._frames.load(key, allow_expired=True)
+        if parked is None:
+            return None
+        env, token = parked
+        try:
+            wire = _decoder.decode(env.provider_state)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            wire = None
+        if wire is None or env.provider != _RECORD_PROVIDER or wire.v != _RECORD_VERSION:
+            raise FormatError(
+                f"question record at {where(self.identity, key)} is not one this berth reads",
+                identity=self.identity,
+                key=key,
+            )
+        q = wire.question
+        question = Question(q.id, key, q.run_id, q.prompt, q.asked_at)
+        a = wire.answer
+        answer = None if a is None else Answer(q.id, a.text, a.by, a.answered_at)
+        return _Record(question, answer, env.deadline, token)
+
+    @staticmethod
+    def _envelope(question: Question, answer: Answer | None, deadline: datetime | None) -> Envelope:
+        wire = _WireRecord(
+            _RECORD_VERSION,
+            _WireQuestion(question.id, question.run_id, question.prompt, question.asked_at),
+            None if answer is None else _WireAnswer(answer.text, answer.by, answer.answered_at),
+        )
+        return Envelope(
+            provider=_RECORD_PROVIDER,
+            provider_state=_encoder.encode(wire),
+            run_id=question.run_id,
+            reason="answered" if answer is not None else "asked",
+            deadline=deadline,
+            created_at=question.asked_at,
+        )
+
+    # --- the protocol ----------------------------------------------------------------------
+
+    def ask(
+        self,
+        key: str,
+        prompt: str,
+        *,
+        run_id: str = "",
+        question_id: str | None = None,
+        deadline: datetime | None = None,
+    ) -> Question:
+        """Ask a human `prompt` about the run parked under `key`, superseding any earlier question.
+
+        Args:
+            key: the parked run's key.
+            prompt: what the human is asked (sealed at rest with a real sealer).
+            run_id: the parked run's id, so a question can be told apart from an earlier run's.
+            question_id: the id an answer must name; a fresh 128-bit random id when None.
+            deadline: the run's deadline; `sweep` removes questions past it.
+
+        Returns:
+            The question as stored.
+
+        Raises:
+            InvalidKey: the key breaks the key rules (before any I/O).
+            TypeError: `prompt`, `run_id` or `question_id` is not a str.
+            BackendError: the write failed; an earlier question, if any, may still be pending.
+        """
+        key = self._key(key)
+        _text(prompt, "prompt")
+        _text(run_id, "run_id")
+        if question_id is None:
+            question_id = secrets.token_hex(16)
+        elif not _text(question_id, "question_id"):
+            raise InvalidKey(f"empty question id at {where(self.identity, key)}", identity=self.identity, key=key)
+        question = Question(question_id, key, run_id, prompt, self._clock())
+        self._frames.put(key, self._envelope(question, None, deadline))
+        return question
+
+    def pending(self, key: str) -> Question | None:
+        """The question the run parked under `key` waits on: asked and not yet consumed.
+
+        A question stays pending once answered, until the waker that resumes the
+        run (or removes it as dead) consumes it; see `answer`.
+
+        Raises:
+            InvalidKey: the key breaks the key rules (before any I/O).
+            IntegrityError, FormatError: the record does not open.
+            BackendError: the backend failed.
+        """
+        record = self._read(self._key(key))
+        return None if record is None else record.question
+
+    def answer(self, key: str) -> Answer | None:
+        """The answer to the pending question under `key`, or None while it is unanswered.
+
+        Raises:
+            InvalidKey: the key breaks the key rules (before any I/O).
+            IntegrityError, FormatError: the record does not open.
+            BackendError: the backend failed.
+        """
+        record = self._read(self._key(key))
+        return None if record is None else record.answer
+
+    def provide(self, key: str, question_id: str, text: str, *, by: str = "unknown") -> Answer:
+        """Answer the pending question under `key` (the human's side).
+
+        The first answer to a question is the one the run resumes with. Repeating
+        exactly that answer (same text, same `by`) returns it again, so a retry
+        after a `BackendError` is safe.
+
+        Args:
+            key: the parked run's key.
+            question_id: the id of the question being answered.
+            text: the answer (sealed at rest with a real sealer).
+            by: who answered, recorded with the answer.
+
+        Returns:
+            The answer as stored, with `answered_at`.
+
+        Raises:
+            InvalidKey: the key breaks the key rules (before any I/O).
+            TypeError: `question_id`, `text` or `by` is not a str.
+            AnswerRefused: `question_id` is not the pending question (superseded by a newer
+                one, consumed, or never asked), or it was already answered differently.
+            BackendError: the backend failed; the answer may or may not be stored.
+        """
+        key = self._key(key)
+        _text(question_id, "question_id")
+        _text(text, "text")
+        _text(by, "by")
+        for _ in range(_RETRIES):
+            record = self._read(key)
+            if record is None:
+                raise AnswerRefused(
+                    f"no question is pending at {where(self.identity, key)}: "
+                    f"question {question_id!r} was consumed or never asked",
+                    identity=self.identity,
+                    key=key,
+                    question_id=question_id,
+                )
+            pending = record.question
+            if pending.id != question_id:
+                raise AnswerRefused(
+                    f"question {question_id!r} at {where(self.identity, key)} is not the pending one: "
+                    f"it was superseded by question {pending.id!r}",
+                    identity=self.identity,
+                    key=key,
+                    question_id=question_id,
+                    pending_id=pending.id,
+                )
+            if record.answer is not None:
+                if record.answer.text == text and record.answer.by == by:
+                    return record.answer
+                raise AnswerRefused(
+                    f"question {question_id!r} at {where(self.identity, key)} was already answered "
+                    f"by {record.answer.by!r} at {record.answer.answered_at.isoformat()}",
+                    identity=self.identity,
+                    key=key,
+                    question_id=question_id,
+                    pending_id=pending.id,
+                )
+            answer = Answer(question_id, text, by, self._clock())
+            try:
+                self._frames.put(key, self._envelope(pending, answer, record.deadline), if_match=record.token)
+            except TokenMismatch:
+                continue  # changed since read: re-read and decide again
+            return answer
+        raise BackendError(
+            f"answer at {where(self.identity, key)} kept losing to concurrent writers", identity=self.identity, key=key
+        )
+
+    def consume(self, key: str, question_id: str) -> bool:
+        """Remove question `question_id` (and its answer) under `key`, if it is still the pending one.
+
+        A newer question under the same key is left alone.
+
+        Returns:
+            True if this call removed it; False if it was not pending (already consumed,
+            superseded, or never asked).
+
+        Raises:
+            InvalidKey: the key breaks the key rules (before any I/O).
+            BackendError: the backend failed.
+        """
+        key = self._key(key)
+        _text(question_id, "question_id")
+        for _ in range(_RETRIES):
+            record = self._read(key)
+            if record is None or record.question.id != question_id:
+                return False
+            try:
+                self._frames.delete(key, record.token)
+            except TokenMismatch:
+                continue
+            return True
+        raise BackendError(
+            f"consume at {where(self.identity, key)} kept losing to concurrent writers",
+            identity=self.identity,
+            key=key,
+        )
+
+    def list(self, prefix: str = "") -> Iterator[tuple[Question, Answer | None]]:
+        """Stream every pending question under keys starting with `prefix`, each with its answer or None.
+
+        Needs the sealer's keys (prompts are sealed). A record that does not open
+        is skipped and logged.
+
+        Raises:
+            InvalidKey: a malformed prefix (before any I/O).
+            BackendError: the backend failed.
+        """
+        for listing in self._frames.list(prefix):
+            try:
+                record = self._read(listing.key)
+            except (FormatError, IntegrityError) as exc:
+                log.warning("berth: skipping unreadable question record: %s", exc)
+                continue
+            if record is not None:
+                yield record.question, record.answer
+
+    def sweep(self, now: datetime | None = None) -> int:
+        """Remove every question whose run's deadline has passed, each only if unchanged since read.
+
+        Returns:
+            How many questions were removed.
+        """
+        return self._frames.sweep(now)
+
+
+def open_questions(
+    url: str,
+    *,
+    identity: str,
+    sealer: Sealer | None = None,
+    accept_plaintext: bool = False,
+    clock: Callable[[], datetime] | None = None,
+    **options: Any,
+) -> QuestionStore:
+    """Open the question store at `url`: the same schemes and backends as `open_store`.
+
+    Args:
+        url: memory://, file:///dir, sqlite:///file.db, postgresql://, redis://, gs://, s3://.
+        identity: the namespace of one agent, tenant or service (as its envelope store's).
+        sealer: seals prompts and answers; None stores them readable (development only).
+        accept_plaintext: let a sealed store read plaintext records.
+        clock: returns "now" as an aware datetime (tests inject one).
+        **options: passed to the backend.
+
+    Raises:
+        InvalidKey: the identity is invalid (before any I/O).
+        BerthError: unknown scheme, or its extra is not installed.
+    """
+    validate_identity(identity)
+    backend = open_backend(url, **options)
+    return QuestionStore(backend, identity=identity, sealer=sealer, accept_plaintext=accept_plaintext, clock=clock)
