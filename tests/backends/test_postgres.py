@@ -1,0 +1,316 @@
+"""The postgresql:// backend against a real server: the full contract plus what only PostgreSQL has."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import berth
+from berth.testing import StoreContract, make_envelope
+
+psycopg = pytest.importorskip("psycopg")
+from berth.backends.postgres import SCHEMA_VERSION, PostgresBackend  # noqa: E402
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def fresh_schema(postgres_dsn: str) -> Iterator[str]:
+    """A schema name no other test uses; dropped (with everything in it) afterwards."""
+    schema = f"berth_t_{uuid.uuid4().hex[:12]}"
+    yield schema
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def open_backend(postgres_dsn: str, fresh_schema: str) -> Iterator[Callable[..., PostgresBackend]]:
+    opened: list[PostgresBackend] = []
+
+    def make(**options: Any) -> PostgresBackend:
+        options.setdefault("schema", fresh_schema)
+        options.setdefault("pool_max_size", 4)
+        backend = PostgresBackend.from_url(postgres_dsn, **options)
+        opened.append(backend)
+        return backend
+
+    yield make
+    for backend in opened:
+        backend.close()
+
+
+class TestPostgresContract(StoreContract):
+    @pytest.fixture
+    def backend_opener(self, postgres_dsn: str, fresh_schema: str) -> Callable[[], PostgresBackend]:
+        return functools.partial(PostgresBackend.from_url, postgres_dsn, schema=fresh_schema, pool_max_size=4)
+
+
+def _sealed_store(backend: PostgresBackend, identity: str = "pg") -> berth.Store:
+    return berth.Store(backend, identity=identity, sealer=berth.AesGcmSealer(berth.Keyring.generate()))
+
+
+# --- migration ------------------------------------------------------------------------------
+
+
+def test_setup_is_idempotent_versioned_and_safe_to_race(open_backend, postgres_dsn, fresh_schema) -> None:
+    backends = [open_backend() for _ in range(4)]
+    results: list[object] = []
+    barrier = threading.Barrier(len(backends))
+
+    def run(b: PostgresBackend) -> None:
+        barrier.wait()
+        try:
+            results.append(b.setup())
+        except Exception as exc:  # collected and asserted below
+            results.append(exc)
+
+    threads = [threading.Thread(target=run, args=(b,)) for b in backends]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [SCHEMA_VERSION] * 4
+    assert open_backend().setup() == SCHEMA_VERSION
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        rows = admin.execute(f'SELECT table_name, version FROM "{fresh_schema}".berth_schema_version').fetchall()
+        assert rows == [("frames", SCHEMA_VERSION)]
+        storage, collation = admin.execute(
+            "SELECT a.attstorage, c.collname FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation "
+            "WHERE a.attrelid = %s::regclass AND a.attname IN ('data', 'name') ORDER BY a.attname",
+            (f'"{fresh_schema}".frames',),
+        ).fetchall()
+        assert storage[0] == "e", "the frame column must be STORAGE EXTERNAL (sealed frames do not compress)"
+        assert collation[1] == "C", "names must be C-collated so prefix ranges use the primary key"
+
+
+def test_first_use_sets_up_lazily(open_backend) -> None:
+    backend = open_backend()
+    token = backend.put("i/k", b"data")
+    assert backend.get("i/k") == (b"data", token)
+
+
+def test_a_newer_schema_is_refused(open_backend, postgres_dsn, fresh_schema) -> None:
+    open_backend().setup()
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(f'UPDATE "{fresh_schema}".berth_schema_version SET version = 99')
+    with pytest.raises(berth.BackendError, match="newer"):
+        open_backend().get("i/k")
+
+
+def test_bad_schema_or_table_names_are_refused_before_any_io() -> None:
+    for options in ({"schema": 'x"; DROP TABLE y; --'}, {"table": "1abc"}, {"schema": ""}, {"table": "x" * 49}):
+        with pytest.raises(berth.BerthError):
+            PostgresBackend("postgresql://nobody@127.0.0.1:1/none", **options)
+
+
+def test_url_options(postgres_dsn, fresh_schema) -> None:
+    app = f"berth-url-{uuid.uuid4().hex[:8]}"
+    url = f"{postgres_dsn}?schema={fresh_schema}&table=parked&pool_max_size=2&application_name={app}"
+    store = berth.open_store(url, identity="u", sealer=berth.AesGcmSealer(berth.Keyring.generate()))
+    try:
+        store.save("k", make_envelope())
+        assert isinstance(store.backend, PostgresBackend)
+        assert (store.backend.schema, store.backend.table) == (fresh_schema, "parked")
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            seen = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,))
+            assert seen.fetchone()[0] >= 1, "a libpq parameter in the URL reaches the server"
+            count = admin.execute(f'SELECT count(*) FROM "{fresh_schema}".parked').fetchone()[0]
+            assert count == 1
+    finally:
+        store.close()
+    with pytest.raises(berth.BerthError, match="pool_max_size"):
+        PostgresBackend.from_url(f"{postgres_dsn}?pool_max_size=many")
+
+
+# --- names and generations --------------------------------------------------------------------
+
+
+def test_tables_and_schemas_do_not_collide(open_backend, postgres_dsn) -> None:
+    a, b = open_backend(table="frames_a"), open_backend(table="frames_b")
+    a.put("i/k", b"in a")
+    assert b.get("i/k") is None and list(b.scan("")) == []
+    b.put("i/k", b"in b")
+    assert a.get("i/k")[0] == b"in a" and b.get("i/k")[0] == b"in b"
+
+
+def test_prefix_scan_is_exact_for_like_metacharacters_and_unicode(open_backend) -> None:
+    backend = open_backend()
+    names = [
+        "x/a%b",
+        "x/a_b",
+        "x/aXb",
+        "x/a\\b",
+        "x/é",
+        "x/é/1",
+        "x/" + chr(0x10FFFF),
+        "x/" + chr(0x10FFFF) + "z",
+        "x0",
+        "y/a%b",
+    ]
+    for name in names:
+        backend.put(name, name.encode())
+    assert list(backend.scan("x/a%")) == ["x/a%b"]
+    assert list(backend.scan("x/a_")) == ["x/a_b"]
+    assert list(backend.scan("x/a\\")) == ["x/a\\b"]
+    assert list(backend.scan("x/é")) == ["x/é", "x/é/1"]
+    assert list(backend.scan("x/" + chr(0x10FFFF))) == ["x/" + chr(0x10FFFF), "x/" + chr(0x10FFFF) + "z"]
+    assert sorted(backend.scan("x/")) == sorted(n for n in names if n.startswith("x/"))
+    assert [h[0] for h in backend.heads("x/a", 2)] == ["x/a%b", "x/aXb", "x/a\\b", "x/a_b"]
+
+
+def test_generation_never_reused_after_delete_and_recreate(open_backend) -> None:
+    backend = open_backend()
+    seen = []
+    for _ in range(5):
+        token = backend.put("i/k", b"v")
+        seen.append(token.value)
+        backend.delete("i/k", token)
+        with pytest.raises(berth.TokenMismatch):
+            backend.delete("i/k", token)
+    assert seen == sorted(set(seen)), seen
+    other = open_backend()  # another pool, another connection: still the same sequence
+    assert other.put("i/k", b"v").value > seen[-1]
+
+
+def test_tokens_that_are_not_generations_mismatch_without_io(open_backend) -> None:
+    backend = open_backend()
+    backend.put("i/k", b"v")
+    for token in (berth.Token("etag"), berth.Token(-1), berth.Token(2**64), berth.Token(True)):
+        with pytest.raises(berth.TokenMismatch):
+            backend.delete("i/k", token)
+        with pytest.raises(berth.TokenMismatch):
+            backend.put("i/k", b"w", if_match=token)
+    assert backend.get("i/k")[0] == b"v"
+
+
+def test_heads_read_only_the_header(open_backend) -> None:
+    backend = open_backend()
+    big = bytes(range(256)) * 4096  # 1 MiB, stored out of line
+    token = backend.put("i/big", big)
+    assert list(backend.heads("i/", 16)) == [("i/big", big[:16], token, len(big))]
+
+
+def test_prefix_pages_use_the_primary_key(open_backend, postgres_dsn, fresh_schema) -> None:
+    open_backend().setup()
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(
+            f'INSERT INTO "{fresh_schema}".frames (name, gen, data) '
+            f"SELECT 'id' || (g % 2) || '/key' || g, g, '\\x00'::bytea FROM generate_series(1, 20000) g"
+        )
+        admin.execute(f'ANALYZE "{fresh_schema}".frames')
+        backend = open_backend()
+        query = backend._q["heads:False:True"].decode()
+        plan = "\n".join(
+            r[0]
+            for r in admin.execute(
+                f"EXPLAIN {query}".replace("%(size)s", "1024")
+                .replace("%(after)s", "'id1/key5001'")
+                .replace("%(below)s", "'id10'")
+            )
+        )
+        assert "Index Scan" in plan and "frames_pkey" in plan, plan
+        assert "Seq Scan" not in plan and "Sort" not in plan, plan
+    assert sum(1 for _ in backend.scan("id1/")) == 10000
+
+
+# --- killed connections -------------------------------------------------------------------------
+
+
+def _waiting_pid(dsn: str, app: str, timeout: float = 10.0) -> int:
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        while time.monotonic() < deadline:
+            row = admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'", (app,)
+            ).fetchone()
+            if row is not None:
+                return int(row[0])
+            time.sleep(0.02)
+    raise AssertionError(f"no connection of {app} is waiting on the row lock")
+
+
+def _terminate(dsn: str, pid: int | None = None, app: str | None = None) -> int:
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        if pid is not None:
+            return int(admin.execute("SELECT count(*) FROM pg_terminate_backend(%s) t WHERE t", (pid,)).fetchone()[0])
+        return int(
+            admin.execute(
+                "SELECT count(*) FROM pg_stat_activity a, pg_terminate_backend(a.pid) t "
+                "WHERE a.application_name = %s AND t",
+                (app,),
+            ).fetchone()[0]
+        )
+
+
+def _blocked_call(dsn: str, schema: str, name: str, app: str, call: Callable[[], object]) -> object:
+    """Run `call` while another session holds the row lock; kill the call's connection while it waits."""
+    outcome: list[object] = []
+    with psycopg.connect(dsn) as locker:  # a transaction that holds the row lock until rollback
+        locker.execute(f'SELECT 1 FROM "{schema}".frames WHERE name = %s FOR UPDATE', (name,))
+
+        def run() -> None:
+            try:
+                outcome.append(call())
+            except Exception as exc:  # the outcome is asserted by the caller
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        assert _terminate(dsn, pid=_waiting_pid(dsn, app)) == 1
+        thread.join(timeout=30)
+        locker.rollback()
+    assert not thread.is_alive() and len(outcome) == 1
+    return outcome[0]
+
+
+@pytest.mark.parametrize("operation", ["claim", "delete", "save"])
+def test_connection_killed_mid_operation_is_a_backend_error_never_a_false_success(
+    operation, open_backend, postgres_dsn, fresh_schema
+) -> None:
+    app = f"berth-kill-{uuid.uuid4().hex[:8]}"
+    store = _sealed_store(open_backend(application_name=app, pool_max_size=2))
+    store.save("k", make_envelope("before"))
+    parked = store.load("k")
+    assert parked is not None
+    calls = {
+        "claim": lambda: store.claim("k"),
+        "delete": lambda: store.delete("k", parked.token),
+        "save": lambda: store.save("k", make_envelope("after")),
+    }
+    outcome = _blocked_call(postgres_dsn, fresh_schema, "pg/k", app, calls[operation])
+    assert isinstance(outcome, berth.BackendError), f"{operation} under a killed connection returned {outcome!r}"
+    assert "pg" in str(outcome) and "k" in str(outcome)
+    again = store.load("k")  # the store works again, and nothing changed: the statement never committed
+    assert again is not None and again.token == parked.token and again.envelope.run_id == "before"
+    assert store.claim("k") is not None and store.load("k") is None
+
+
+def test_idle_pool_connections_killed_between_calls_are_replaced(open_backend, postgres_dsn) -> None:
+    app = f"berth-idle-{uuid.uuid4().hex[:8]}"
+    store = _sealed_store(open_backend(application_name=app, pool_min_size=2, pool_max_size=2))
+    store.save("k", make_envelope())
+    deadline = time.monotonic() + 10
+    while _terminate(postgres_dsn, app=app) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the pool fills to min_size in the background; kill both
+    time.sleep(0.05)
+    parked = store.load("k")  # no BackendError: a dead idle connection is noticed before use
+    assert parked is not None
+    store.delete("k", parked.token)
+    assert store.load("k") is None
+
+
+def test_a_server_that_is_not_there_is_a_backend_error() -> None:
+    backend = PostgresBackend("postgresql://postgres@127.0.0.1:1/test", pool_timeout=1.0, connect_timeout=1)
+    try:
+        with pytest.raises(berth.BackendError):
+            backend.get("i/k")
+        with pytest.raises(berth.BackendError):
+            list(backend.scan("i/"))
+    finally:
+        backend.close()
