@@ -16,13 +16,15 @@ Every numbered semantic of DESIGN.md is a test here, including races between
 threads and between processes, expiry under an injected clock, tampering,
 frames moved between keys and identities, and downgrades to plaintext. Set
 `cross_process = False` for a backend whose handles cannot reach the same
-storage from another process (the memory backend). Override `sealer` to run the
+storage from another process (the memory backend): its claim race then runs in
+threads. Override `sealer` to run the
 contract under another sealer; it must be picklable for the process races.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -385,29 +387,25 @@ class StoreContract:
     def test_claim_race_between_processes(
         self, store: Store, backend_opener: Callable[[], Backend], sealer: Sealer
     ) -> None:
-        if not self.cross_process:
-            pytest.skip("this backend does not reach the same storage from another process")
+        # A backend that cannot be reached from another process races in threads instead,
+        # each with its own handle from backend_opener.
         keys = [f"prace/{i}" for i in range(self.process_race_keys)]
         for key in keys:
             store.save(key, make_envelope(key))
-        ctx = multiprocessing.get_context("spawn")
-        start = ctx.Event()
-        results = ctx.Queue()
-        n = self.process_race_workers
-        procs = [
-            ctx.Process(
-                target=_claim_worker,
-                args=(backend_opener, store.identity, sealer, list(keys) if i % 2 else keys[::-1], start, results),
-            )
-            for i in range(n)
-        ]
-        for p in procs:
-            p.start()
+        ctx: Any = multiprocessing.get_context("spawn")
+        start, results = (ctx.Event(), ctx.Queue()) if self.cross_process else (threading.Event(), queue.Queue())
+        workers: list[Any] = []
+        for i in range(self.process_race_workers):
+            args = (backend_opener, store.identity, sealer, list(keys) if i % 2 else keys[::-1], start, results)
+            worker_cls = ctx.Process if self.cross_process else threading.Thread
+            workers.append(worker_cls(target=_claim_worker, args=args))
+        for w in workers:
+            w.start()
         start.set()
-        won = [k for _ in procs for k in results.get(timeout=300)]
-        for p in procs:
-            p.join(timeout=60)
-            assert p.exitcode == 0
+        won = [k for _ in workers for k in results.get(timeout=300)]
+        for w in workers:
+            w.join(timeout=60)
+            assert getattr(w, "exitcode", 0) == 0
         assert len(won) == len(keys), f"{len(won) - len(keys)} double claims or lost keys"
         assert sorted(won) == sorted(keys)
         assert list(store.list("prace/")) == []
