@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+from berth import kms
 from berth._aesgcm import AesGcmSealer, Keyring
 from berth._answers import frame_answer
+from berth._config import sealer_from_env
 from berth._coordinator import Coordinator, Wake, WakeDecision
 from berth._envelope import (
     ENVELOPE_VERSION,
@@ -33,6 +35,8 @@ from berth._errors import (
     InvalidKey,
     TokenMismatch,
 )
+from berth._kms_sealer import KmsSealer
+from berth._multi import MultiSealer
 from berth._plaintext import PlaintextSealer
 from berth._questions import Answer, AnswerRefused, Question, QuestionStore, open_questions
 from berth._sealer import Sealer
@@ -69,7 +73,9 @@ __all__ = [
     "InvalidEnvelope",
     "InvalidKey",
     "Keyring",
+    "KmsSealer",
     "Listing",
+    "MultiSealer",
     "Parked",
     "PendingCall",
     "PlaintextSealer",
@@ -87,8 +93,10 @@ __all__ = [
     "digest_file",
     "digest_json",
     "frame_answer",
+    "kms",
     "load_checkpoint",
     "open_questions",
     "open_store",
     "save_checkpoint",
+    "sealer_from_env",
 ]

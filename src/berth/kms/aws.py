@@ -1,0 +1,199 @@
+"""`AwsKms`: AWS KMS wraps berth's data keys, with the frame's identity and key as encryption context.
+
+boto3 is imported only when the client first talks to KMS (extra `awskms`).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from berth._errors import BackendError, BerthError, IntegrityError, where
+from berth.kms._base import Wrapped, context_where
+
+__all__ = ["AwsKms"]
+
+_ALIAS = re.compile(r"alias/[A-Za-z0-9/_-]{1,250}")
+_KEY_ID = re.compile(
+    r"(?:mrk-[0-9a-f]{32}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
+)
+_ARN = re.compile(r"arn:(aws[a-z-]*):kms:([a-z0-9-]+):(\d{12}):(key|alias)/([A-Za-z0-9/_-]{1,250})")
+# Decrypt errors that say "not this ciphertext, not for this context": the frame cannot be opened.
+_OPEN_FAILURES = frozenset(
+    {"InvalidCiphertextException", "IncorrectKeyException", "NotFoundException", "InvalidKeyUsageException"}
+)
+
+
+class AwsKms:
+    """AWS KMS as berth's key-encryption service (`Encrypt`/`Decrypt` with `EncryptionContext`).
+
+    `key_id` is a key id, key ARN, alias name (`alias/berth`) or alias ARN; it
+    names the KEK in every frame header. Each wrap records the key ARN KMS
+    used, and each unwrap asks for that key, so an alias moved to a new key
+    still opens frames wrapped under the old one. Region and credentials come
+    from boto3's usual chain (`AWS_REGION`, `AWS_ENDPOINT_URL`, profiles,
+    instance roles); a key ARN also names its region. Transient errors are
+    retried by botocore (`max_attempts`, "standard" mode).
+    """
+
+    def __init__(
+        self,
+        key_id: str,
+        *,
+        region_name: str | None = None,
+        endpoint_url: str | None = None,
+        max_attempts: int = 3,
+        timeout: float = 10.0,
+        client: Any = None,
+    ):
+        if not isinstance(key_id, str) or not (
+            _ALIAS.fullmatch(key_id) or _KEY_ID.fullmatch(key_id) or _ARN.fullmatch(key_id)
+        ):
+            raise ValueError(f"AwsKms key {key_id!r} is not a KMS key id, key ARN, alias/NAME or alias ARN")
+        arn = _ARN.fullmatch(key_id)
+        self._key_id = key_id
+        self._region = region_name or (arn.group(2) if arn else None)
+        self._endpoint_url = endpoint_url
+        self._max_attempts = max_attempts
+        self._timeout = timeout
+        self._client = client
+        self._lock = threading.Lock()
+
+    @property
+    def key_id(self) -> str:
+        """The KEK as configured (key id, key ARN or alias)."""
+        return self._key_id
+
+    @property
+    def client(self) -> Any:
+        """The boto3 KMS client, created on first use."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    try:
+                        import boto3  # type: ignore[import-untyped, unused-ignore]
+                        from botocore.config import Config  # type: ignore[import-untyped, unused-ignore]
+                    except ImportError as exc:
+                        raise BerthError("AwsKms needs the boto3 package: pip install 'berth[awskms]'") from exc
+
+                    config = Config(
+                        retries={"mode": "standard", "max_attempts": self._max_attempts},
+                        connect_timeout=self._timeout,
+                        read_timeout=self._timeout,
+                    )
+                    self._client = boto3.session.Session().client(
+                        "kms", region_name=self._region, endpoint_url=self._endpoint_url, config=config
+                    )
+        return self._client
+
+    def holds(self, key_id: str) -> bool:
+        """Whether `key_id` is this client's KEK."""
+        return key_id == self._key_id
+
+    def wrap(self, data_key: bytes, *, context: Mapping[str, str]) -> Wrapped:
+        """KMS `Encrypt` of the data key with `context` as its encryption context.
+
+        Returns:
+            `Wrapped(key_id, key ARN that KMS used, ciphertext blob)`.
+
+        Raises:
+            BackendError: KMS is unreachable, refuses, or the key is missing or disabled.
+        """
+        with self._errors("wrap", context, unwrap=False):
+            resp = self.client.encrypt(KeyId=self._key_id, Plaintext=bytes(data_key), EncryptionContext=dict(context))
+            return Wrapped(self._key_id, str(resp["KeyId"]), bytes(resp["CiphertextBlob"]))
+
+    def unwrap(self, wrapped: Wrapped, *, context: Mapping[str, str]) -> bytes:
+        """KMS `Decrypt` of the wrapped key, under the key ARN it was wrapped with and `context`.
+
+        Raises:
+            IntegrityError: not this client's KEK (no call made), a key ARN that cannot be
+                this KEK's, or KMS refuses the ciphertext for this context.
+            BackendError: KMS is unreachable, throttles, or the key is disabled.
+        """
+        identity, key = context_where(context)
+        if not self.holds(wrapped.key_id):
+            raise IntegrityError(
+                f"data key is wrapped under {wrapped.key_id!r}, not this AwsKms's {self._key_id!r}",
+                identity=identity,
+                key=key,
+            )
+        requested = self._key_arn(wrapped.version, identity, key)
+        with self._errors("unwrap", context, unwrap=True, requested=requested):
+            resp = self.client.decrypt(
+                CiphertextBlob=bytes(wrapped.ciphertext),
+                KeyId=requested,
+                EncryptionContext=dict(context),
+                EncryptionAlgorithm="SYMMETRIC_DEFAULT",
+            )
+            return bytes(resp["Plaintext"])
+
+    def _key_arn(self, version: str, identity: str | None, key: str | None) -> str:
+        """The key to ask Decrypt for: the recorded key ARN, if it can belong to this KEK."""
+        mine = _ARN.fullmatch(self._key_id)
+        recorded = _ARN.fullmatch(version)
+        ok = recorded is not None and recorded.group(4) == "key"
+        if ok and mine is not None:
+            assert recorded is not None
+            same_place = mine.group(1, 2, 3) == recorded.group(1, 2, 3)
+            ok = same_place and (mine.group(4) == "alias" or version == self._key_id)
+        elif ok and _KEY_ID.fullmatch(self._key_id):
+            ok = version.endswith(":key/" + self._key_id)
+        if not ok:
+            raise IntegrityError(
+                f"wrapped data key names KMS key {version!r}, which cannot be {self._key_id!r}",
+                identity=identity,
+                key=key,
+            )
+        return version
+
+    @contextmanager
+    def _errors(self, op: str, context: Mapping[str, str], *, unwrap: bool, requested: str = "") -> Iterator[None]:
+        identity, key = context_where(context)
+        try:
+            yield
+        except BerthError:
+            raise
+        except Exception as exc:
+            code = _code(exc)
+            if unwrap and (code in _OPEN_FAILURES or (code == "AccessDeniedException" and self._usable(requested))):
+                raise IntegrityError(
+                    f"AWS KMS refuses to unwrap the data key under {self._key_id!r} ({code}): "
+                    "changed, or wrapped for another frame",
+                    identity=identity,
+                    key=key,
+                ) from exc
+            raise BackendError(
+                f"AWS KMS {op} under {self._key_id!r} failed at {where(identity, key)}: {code or type(exc).__name__}",
+                identity=identity,
+                key=key,
+            ) from exc
+
+    def _usable(self, key_arn: str) -> bool:
+        """After a refused Decrypt: is the key itself enabled and visible? Then the ciphertext was refused."""
+        try:
+            meta = self.client.describe_key(KeyId=key_arn)["KeyMetadata"]
+        except Exception:
+            return False
+        return bool(meta.get("Enabled")) and meta.get("KeyState") == "Enabled"
+
+    def __repr__(self) -> str:
+        return f"AwsKms({self._key_id!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The boto3 client does not travel: the copy creates its own on first use.
+        return (_rebuild, (self._key_id, self._region, self._endpoint_url, self._max_attempts, self._timeout))
+
+
+def _rebuild(key_id: str, region: str | None, endpoint_url: str | None, max_attempts: int, timeout: float) -> AwsKms:
+    return AwsKms(key_id, region_name=region, endpoint_url=endpoint_url, max_attempts=max_attempts, timeout=timeout)
+
+
+def _code(exc: Exception) -> str:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", ""))
+    return ""
