@@ -6,7 +6,7 @@ import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any
 
@@ -47,6 +47,8 @@ def _raw_json(value: Any, what: str) -> bytes:
         return _encoder.encode(value)
     except (TypeError, msgspec.EncodeError) as exc:
         raise InvalidEnvelope(f"{what} cannot be encoded as JSON: {exc}") from None
+    except UnicodeEncodeError:  # a lone surrogate: not UTF-8, so not JSON
+        raise InvalidEnvelope(f"{what} cannot be encoded as JSON: a string holds a lone surrogate") from None
 
 
 def _aware(value: object, what: str) -> datetime | None:
@@ -54,9 +56,23 @@ def _aware(value: object, what: str) -> datetime | None:
         return None
     if not isinstance(value, datetime):
         raise InvalidEnvelope(f"{what} must be a datetime, got {type(value).__name__}")
-    if value.tzinfo is None or value.utcoffset() is None:
+    offset = value.utcoffset() if value.tzinfo is not None else None
+    if offset is None:
         raise InvalidEnvelope(f"{what} is a naive datetime; berth needs an aware one (tzinfo=timezone.utc)")
+    if offset % timedelta(minutes=1):  # JSON offsets are whole minutes: keep the instant exact
+        return value.astimezone(timezone.utc)
     return value
+
+
+def _is_str(value: object) -> bool:
+    """A str that is valid UTF-8 (no lone surrogates), so it can be encoded."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check(cond: bool, message: str) -> None:
@@ -73,7 +89,7 @@ class PendingCall:
     input: bytes = b"{}"
 
     def __init__(self, id: str, name: str, input: RawJSON = b"{}"):  # noqa: A002 - the contract's name
-        _check(isinstance(id, str) and isinstance(name, str), "a pending call's id and name are str")
+        _check(_is_str(id) and _is_str(name), "a pending call's id and name are str (valid UTF-8)")
         object.__setattr__(self, "id", id)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "input", _raw_json(input, f"pending call {id!r} input"))
@@ -113,7 +129,7 @@ class Envelope:
         if self.loop_state is not None:
             setattr_(self, "loop_state", _raw_json(self.loop_state, "loop_state"))
         for name in ("provider", "model", "config_digest", "run_id", "reason", "trace_id"):
-            _check(isinstance(getattr(self, name), str), f"{name} must be a str")
+            _check(_is_str(getattr(self, name)), f"{name} must be a str (valid UTF-8)")
         for name in ("version", "turn", "remaining_turns"):
             value = getattr(self, name)
             _check(isinstance(value, int) and not isinstance(value, bool), f"{name} must be an int")
@@ -133,7 +149,7 @@ class Envelope:
         _check(len(labels) <= _LABELS_MAX, f"at most {_LABELS_MAX} labels")
         for k, v in labels.items():
             _check(
-                isinstance(k, str) and isinstance(v, str) and 0 < len(k) <= _LABEL_MAX and len(v) <= _LABEL_MAX,
+                _is_str(k) and _is_str(v) and 0 < len(k) <= _LABEL_MAX and len(v) <= _LABEL_MAX,
                 f"labels are non-empty str keys and str values of at most {_LABEL_MAX} characters",
             )
         setattr_(self, "labels", MappingProxyType(dict(labels)))
