@@ -1,0 +1,370 @@
+"""`redis://[user:pw@]host:port/db?prefix=berth:`: one string per frame, compare-and-swap in Lua.
+
+Keyspace, under a deployment prefix (default `berth:`)::
+
+    {prefix}gen            an INCR counter: every write takes the next generation
+    {prefix}frame:{name}   a string: the generation as 20 ASCII digits, then the frame
+
+Every write draws a new generation from the one counter, so a generation never
+repeats for a name, not even after a delete and re-create. Conditional writes
+and deletes are Lua scripts (EVALSHA) that compare the stored generation and
+act in one atomic step. Listing walks the keyspace with `SCAN ... MATCH` (never
+`KEYS`) and reads only each frame's first bytes (`GETRANGE`). The prefix is one
+run of `A-Z a-z 0-9 . _ -` ending in `:`, so no two prefixes' keys can meet.
+
+Redis acknowledges writes before they are on disk; unless the server runs with
+an append-only file, an acknowledged save or claim can be undone by a restart.
+Opening a backend checks the server's persistence settings and warns once per
+server (`DurabilityWarning`) when that can happen.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import redis
+import redis.exceptions
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from berth._errors import BackendError, BerthError, TokenMismatch
+from berth._token import Token
+
+__all__ = ["DurabilityWarning", "RedisBackend"]
+
+log = logging.getLogger("berth")
+
+_T = TypeVar("_T")
+_GEN_DIGITS = 20
+_SCAN_COUNT = 1000
+_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,64}:")
+_GLOB = re.compile(r"([\\*?\[\]])")
+_READ_RETRIES = (0.05, 0.25)  # idempotent reads retry after these pauses; writes never retry
+_URL_OPTIONS: dict[str, Callable[[str], Any]] = {
+    "prefix": str,
+    "check_durability": lambda v: v.lower() in ("1", "true", "yes", "on"),
+    "wait_replicas": int,
+    "wait_timeout": int,
+}
+
+_checked_servers: set[str] = set()
+_checked_lock = threading.Lock()
+
+# KEYS: frame, counter. ARGV: data, mode ("" | "absent" | "match"), expected generation (20 digits).
+_PUT = """
+local mode = ARGV[2]
+if mode == 'absent' then
+  if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+elseif mode == 'match' then
+  if redis.call('GETRANGE', KEYS[1], 0, 19) ~= ARGV[3] then return false end
+end
+local gen = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], string.format('%020d', gen) .. ARGV[1])
+return gen
+"""
+# KEYS: frame. ARGV: expected generation (20 digits).
+_DELETE = """
+if redis.call('GETRANGE', KEYS[1], 0, 19) == ARGV[1] then
+  redis.call('UNLINK', KEYS[1])
+  return 1
+end
+return 0
+"""
+# KEYS: frames. ARGV: bytes of frame wanted. One atomic read per frame: head and length agree.
+_HEADS = """
+local n = tonumber(ARGV[1]) + 19
+local out = {}
+for i, k in ipairs(KEYS) do
+  out[i] = {redis.call('GETRANGE', k, 0, n), redis.call('STRLEN', k)}
+end
+return out
+"""
+
+
+class DurabilityWarning(UserWarning):
+    """The Redis server can lose writes it acknowledged (no append-only file, or one never fsynced)."""
+
+
+@contextmanager
+def _mapped(what: str, name: str) -> Iterator[None]:
+    try:
+        yield
+    except redis.exceptions.RedisError as exc:
+        raise BackendError(f"redis backend could not {what} {name!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def _caller_level() -> int:
+    """The `stacklevel` that points a warning at the first caller outside berth."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "berth":
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
+
+
+def _gen_text(value: int) -> bytes:
+    return b"%020d" % value
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisBackend:
+    """Frames as Redis strings under one key prefix; safe across threads, processes and hosts.
+
+    Standalone Redis (or a Sentinel-managed primary): the scripts touch a
+    frame key and the shared generation counter together, so Redis Cluster,
+    which needs both in one hash slot, is not supported.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        prefix: str = "berth:",
+        check_durability: bool = True,
+        wait_replicas: int = 0,
+        wait_timeout: int = 1000,
+    ):
+        if isinstance(prefix, str) and prefix and not prefix.endswith(":"):
+            prefix += ":"
+        if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+            raise BerthError(f"redis prefix {prefix!r} must be 1-64 of A-Z a-z 0-9 . _ - followed by ':'")
+        if wait_replicas < 0 or wait_timeout < 0:
+            raise BerthError("redis wait_replicas and wait_timeout must not be negative")
+        self.prefix = prefix
+        self.client = client
+        self._frames = prefix + "frame:"
+        self._counter = prefix + "gen"
+        self._wait = (wait_replicas, wait_timeout)
+        self._put = client.register_script(_PUT)
+        self._delete = client.register_script(_DELETE)
+        self._heads = client.register_script(_HEADS)
+        if check_durability:
+            self._check_durability()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisBackend:
+        """Open `redis://` or `rediss://` with berth's options (`prefix`, `check_durability`,
+        `wait_replicas`, `wait_timeout`) from the query or keywords; the rest go to redis-py."""
+        parts = urlsplit(url)
+        kept = []
+        for item in parts.query.split("&") if parts.query else []:
+            raw_key, _, raw_value = item.partition("=")
+            key, value = unquote(raw_key), unquote(raw_value)
+            convert = _URL_OPTIONS.get(key)
+            if convert is None:
+                kept.append(item)
+                continue
+            try:
+                options.setdefault(key, convert(value))
+            except ValueError:
+                raise BerthError(f"redis URL option {key}={value!r} is not valid") from None
+        own = {k: options.pop(k) for k in list(options) if k in _URL_OPTIONS}
+        for forbidden in ("decode_responses", "retry", "retry_on_error", "retry_on_timeout"):
+            if forbidden in options:
+                raise BerthError(f"redis option {forbidden!r} is berth's to set, not the caller's")
+        options.setdefault("socket_timeout", 10.0)
+        options.setdefault("socket_connect_timeout", 5.0)
+        # No automatic retries: a write whose reply was lost may have happened,
+        # and re-running a claim could turn a win into a reported loss.
+        options["retry"] = Retry(NoBackoff(), 0)
+        options["decode_responses"] = False
+        client = redis.Redis.from_url(urlunsplit(parts._replace(query="&".join(kept))), **options)
+        return cls(client, **own)
+
+    # --- durability -------------------------------------------------------------------
+
+    def _server(self) -> str:
+        kw = self.client.connection_pool.connection_kwargs
+        where = kw.get("path") or f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}"
+        return str(where)
+
+    def _check_durability(self) -> None:
+        server = self._server()
+        with _checked_lock:
+            if server in _checked_servers:
+                return
+            _checked_servers.add(server)
+        try:
+            problem = self._persistence_problem()
+        except redis.exceptions.RedisError as exc:
+            with _checked_lock:
+                _checked_servers.discard(server)  # check again at the next open
+            log.info("berth: could not reach redis at %s to check its persistence: %s", server, exc)
+            return
+        if problem:
+            warnings.warn(
+                f"berth: redis at {server} {problem}. An acknowledged save can vanish and an acknowledged "
+                "claim can be undone, so a run could be resumed twice; enable 'appendonly yes' with "
+                "'appendfsync always' (or 'everysec': at most a second lost on a host crash). "
+                "See docs/backends/redis.md",
+                DurabilityWarning,
+                stacklevel=_caller_level(),
+            )
+
+    def _persistence_problem(self) -> str | None:
+        try:
+            config: dict[str, str] = {}
+            for name in ("appendonly", "appendfsync", "save"):
+                got = self.client.config_get(name)
+                config.update({_str(k): _str(v) for k, v in got.items()})
+        except redis.exceptions.ResponseError:  # CONFIG renamed, disabled or not granted: ask INFO
+            try:
+                info = self.client.info("persistence")
+            except redis.exceptions.ResponseError as exc:
+                log.warning(
+                    "berth: cannot read the persistence settings of redis at %s (%s); make sure it runs "
+                    "with appendonly yes, or acknowledged writes can be lost on a restart",
+                    self._server(),
+                    exc,
+                )
+                return None
+            if not int(info.get("aof_enabled", 0)):
+                return "runs without an append-only file (INFO persistence: aof_enabled:0)"
+            return None
+        if config.get("appendonly", "no").lower() != "yes":
+            snapshots = config.get("save", "").strip()
+            since = f"RDB snapshots only ({snapshots!r})" if snapshots else "no snapshots at all"
+            return f"runs without an append-only file (appendonly no; {since})"
+        if config.get("appendfsync", "everysec").lower() == "no":
+            return "never fsyncs its append-only file itself (appendfsync no)"
+        return None
+
+    # --- the seam ---------------------------------------------------------------------
+
+    def _key(self, name: str) -> str:
+        return self._frames + name
+
+    def _write(self, script: Any, keys: list[str], args: list[Any], name: str) -> Any:
+        replicas, timeout = self._wait
+        if not replicas:
+            return script(keys=keys, args=args)
+        pipe = self.client.pipeline(transaction=False)
+        script(keys=keys, args=args, client=pipe)
+        pipe.wait(replicas, timeout)
+        result, acked = pipe.execute()
+        if int(acked) < replicas:
+            raise BackendError(
+                f"redis backend wrote {name!r} but only {acked} of {replicas} replicas acknowledged it "
+                f"within {timeout} ms: it may not survive a failover"
+            )
+        return result
+
+    def _read(self, call: Callable[[], _T]) -> _T:
+        for pause in _READ_RETRIES:
+            try:
+                return call()
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                time.sleep(pause)
+        return call()
+
+    def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
+        """Store `data` under `name` with a new generation (conditionally if asked)."""
+        if if_absent and if_match is not None:
+            raise TokenMismatch(f"{name!r} cannot be both absent and at generation {if_match.value!r}")
+        if if_match is not None:
+            if not self._is_gen(if_match):
+                raise TokenMismatch(f"{name!r} is not at generation {if_match.value!r}")
+            args = [data, "match", _gen_text(int(if_match.value))]
+        else:
+            args = [data, "absent" if if_absent else "", ""]
+        with _mapped("save", name):
+            gen = self._write(self._put, [self._key(name), self._counter], args, name)
+        if gen is None:
+            if if_absent:
+                raise TokenMismatch(f"{name!r} already exists")
+            raise TokenMismatch(f"{name!r} changed since it was read")
+        return Token(int(gen))
+
+    def get(self, name: str) -> tuple[bytes, Token] | None:
+        """The frame under `name` and its generation, or None."""
+        key = self._key(name)
+        with _mapped("load", name):
+            raw = cast("bytes | None", self._read(lambda: self.client.get(key)))
+        if raw is None:
+            return None
+        return raw[_GEN_DIGITS:], Token(self._parse_gen(name, raw[:_GEN_DIGITS]))
+
+    def delete(self, name: str, token: Token) -> None:
+        """Remove `name` only if its generation is `token`; else `TokenMismatch`."""
+        if not self._is_gen(token):
+            raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
+        with _mapped("delete", name):
+            deleted = self._write(self._delete, [self._key(name)], [_gen_text(int(token.value))], name)
+        if not deleted:
+            raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
+
+    @staticmethod
+    def _is_gen(token: Token) -> bool:
+        value = token.value
+        return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 10**_GEN_DIGITS
+
+    @staticmethod
+    def _parse_gen(name: str, text: bytes) -> int:
+        if len(text) != _GEN_DIGITS or not text.isdigit():
+            raise BackendError(f"redis value for {name!r} is not a berth frame (no generation)")
+        return int(text)
+
+    def _batches(self, prefix: str) -> Iterator[list[str]]:
+        # SCAN in batches: the server keeps no state between calls, so a slow
+        # consumer holds nothing; a key present throughout is seen at least once.
+        match = _GLOB.sub(r"\\\1", self._frames + prefix) + "*"
+        full = self._frames + prefix
+        cursor: int = 0
+        while True:
+            with _mapped("list", prefix):
+                cursor, keys = self._read(functools.partial(self.client.scan, cursor, match=match, count=_SCAN_COUNT))
+            names = []
+            for raw in cast("list[bytes]", keys):
+                try:
+                    key = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    continue
+                if key.startswith(full):
+                    names.append(key)
+            if names:
+                yield names
+            if int(cursor) == 0:
+                return
+
+    def scan(self, prefix: str) -> Iterator[str]:
+        """Every name starting with `prefix` (in no particular order), a SCAN batch at a time."""
+        skip = len(self._frames)
+        for keys in self._batches(prefix):
+            for key in keys:
+                yield key[skip:]
+
+    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, bytes, Token, int]]:
+        """(name, first `size` bytes, token, full size) of every frame under `prefix`."""
+        skip = len(self._frames)
+        for keys in self._batches(prefix):
+            with _mapped("list", prefix):
+                rows = self._read(functools.partial(self._heads, keys=keys, args=[size]))
+            for key, (head, length) in zip(keys, rows, strict=True):
+                if not head:  # deleted since the SCAN
+                    continue
+                name = key[skip:]
+                yield (
+                    name,
+                    head[_GEN_DIGITS:],
+                    Token(self._parse_gen(name, head[:_GEN_DIGITS])),
+                    int(length) - _GEN_DIGITS,
+                )
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self.client.close()
+
+    def __repr__(self) -> str:
+        return f"RedisBackend({self._server()}, prefix={self.prefix!r})"

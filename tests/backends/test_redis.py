@@ -1,0 +1,368 @@
+"""The redis:// backend against a real server: the full contract plus what only Redis has."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import berth
+from berth.testing import StoreContract, make_envelope
+
+redis = pytest.importorskip("redis")
+from berth.backends import redis as redis_backend  # noqa: E402
+from berth.backends.redis import DurabilityWarning, RedisBackend  # noqa: E402
+
+pytestmark = pytest.mark.redis
+
+
+def _admin(url: str) -> Any:
+    return redis.Redis.from_url(url, socket_timeout=10)
+
+
+def _drop_prefix(url: str, prefix: str) -> None:
+    admin = _admin(url)
+    try:
+        keys = list(admin.scan_iter(match=prefix + "*", count=1000))
+        for i in range(0, len(keys), 500):
+            admin.unlink(*keys[i : i + 500])
+    finally:
+        admin.close()
+
+
+@pytest.fixture
+def fresh_prefix(redis_url: str) -> Iterator[str]:
+    """A key prefix no other test uses; its keys are removed afterwards."""
+    prefix = f"bt{uuid.uuid4().hex[:12]}:"
+    yield prefix
+    _drop_prefix(redis_url, prefix)
+
+
+@pytest.fixture
+def open_backend(redis_url: str, fresh_prefix: str) -> Iterator[Callable[..., RedisBackend]]:
+    opened: list[RedisBackend] = []
+
+    def make(**options: Any) -> RedisBackend:
+        options.setdefault("prefix", fresh_prefix)
+        options.setdefault("check_durability", False)  # the durability warning has tests of its own below
+        backend = RedisBackend.from_url(options.pop("url", redis_url), **options)
+        opened.append(backend)
+        return backend
+
+    yield make
+    for backend in opened:
+        backend.close()
+
+
+class TestRedisContract(StoreContract):
+    @pytest.fixture
+    def backend_opener(self, redis_url: str, fresh_prefix: str) -> Callable[[], RedisBackend]:
+        # check_durability=False: this server runs without persistence on purpose; the
+        # warning that causes is asserted in test_durability_warning_* below.
+        return functools.partial(RedisBackend.from_url, redis_url, prefix=fresh_prefix, check_durability=False)
+
+
+def _sealed_store(backend: RedisBackend, identity: str = "rd") -> berth.Store:
+    return berth.Store(backend, identity=identity, sealer=berth.AesGcmSealer(berth.Keyring.generate()))
+
+
+# --- durability -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget which servers this process has already checked, so the next open checks again."""
+    monkeypatch.setattr(redis_backend, "_checked_servers", set())
+
+
+def _persistence(url: str) -> dict[str, str]:
+    admin = _admin(url)
+    try:
+        return {k: v for name in ("appendonly", "appendfsync") for k, v in admin.config_get(name).items()}
+    finally:
+        admin.close()
+
+
+def test_durability_warning_once_per_server(redis_url, fresh_prefix, unchecked) -> None:
+    if _persistence(redis_url).get("appendonly") == "yes":
+        pytest.skip("this Redis runs with an append-only file: nothing to warn about")
+    with pytest.warns(DurabilityWarning, match="append-only file") as record:
+        store = berth.open_store(f"{redis_url}?prefix={fresh_prefix}", identity="w", sealer=berth.PlaintextSealer())
+    store.close()
+    assert len(record) == 1
+    assert record[0].filename == __file__, "the warning points at the caller, not at berth"
+    assert "appendonly yes" in str(record[0].message) and "resumed twice" in str(record[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second open of the same server stays quiet
+        RedisBackend.from_url(redis_url, prefix=fresh_prefix).close()
+
+
+def test_durability_check_can_be_turned_off(redis_url, fresh_prefix, unchecked) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RedisBackend.from_url(f"{redis_url}?prefix={fresh_prefix}&check_durability=false").close()
+
+
+@pytest.fixture
+def acl_user(redis_url: str) -> Iterator[Callable[..., str]]:
+    """Make a throwaway ACL user with the given rules; returns a URL that logs in as it."""
+    admin = _admin(redis_url)
+    made: list[str] = []
+
+    def make(*rules: str) -> str:
+        name = f"berth-test-{uuid.uuid4().hex[:8]}"
+        admin.acl_setuser(name, enabled=True, passwords=["+pw"], reset=True)
+        made.append(name)
+        admin.execute_command("ACL", "SETUSER", name, *rules)
+        return redis_url.replace("redis://", f"redis://{name}:pw@", 1)
+
+    yield make
+    for name in made:
+        admin.acl_deluser(name)
+    admin.close()
+
+
+def test_durability_check_falls_back_to_info_without_config(acl_user, redis_url, fresh_prefix, unchecked) -> None:
+    url = acl_user("~*", "+@all", "-config")
+    if _persistence(redis_url).get("appendonly") == "yes":
+        pytest.skip("this Redis runs with an append-only file: nothing to warn about")
+    with pytest.warns(DurabilityWarning, match="aof_enabled:0"):
+        RedisBackend.from_url(url, prefix=fresh_prefix).close()
+
+
+def test_durability_check_tolerates_neither_config_nor_info(acl_user, fresh_prefix, unchecked, caplog) -> None:
+    url = acl_user("~*", "+@all", "-config", "-info")
+    with caplog.at_level(logging.WARNING, logger="berth"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        backend = RedisBackend.from_url(url, prefix=fresh_prefix)
+    try:
+        assert "cannot read the persistence settings" in caplog.text
+        token = backend.put("i/k", b"v")
+        assert backend.get("i/k") == (b"v", token)
+    finally:
+        backend.close()
+
+
+def test_documented_acl_is_enough(acl_user, fresh_prefix, unchecked) -> None:
+    # The rules docs/backends/redis.md gives, with the prefix this test uses.
+    url = acl_user(
+        f"~{fresh_prefix}*",
+        "resetchannels",
+        "-@all",
+        "+get",
+        "+scan",
+        "+evalsha",
+        "+script|load",
+        "+getrange",
+        "+strlen",
+        "+exists",
+        "+incr",
+        "+set",
+        "+unlink",
+        "+config|get",
+        "+info",
+        "+wait",
+        "+ping",
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DurabilityWarning)  # asserted in the tests above
+        store = _sealed_store(RedisBackend.from_url(url, prefix=fresh_prefix))
+    try:
+        store.save("k", make_envelope())
+        assert [i.key for i in store.list()] == ["k"]
+        assert store.claim("k") is not None and store.claim("k") is None
+    finally:
+        store.close()
+
+
+# --- names, prefixes and generations ----------------------------------------------------------
+
+
+def test_prefixes_do_not_collide(open_backend, redis_url, fresh_prefix) -> None:
+    other = fresh_prefix[:-1] + "x:"
+    try:
+        a = open_backend(prefix=fresh_prefix)
+        b = open_backend(prefix=other)
+        a.put("i/k", b"in a")
+        assert b.get("i/k") is None and list(b.scan("")) == [] and list(b.heads("", 10)) == []
+        b.put("i/k", b"in b")
+        assert a.get("i/k")[0] == b"in a" and b.get("i/k")[0] == b"in b"
+        assert list(a.scan("")) == ["i/k"]
+    finally:
+        _drop_prefix(redis_url, other)
+
+
+def test_bad_prefixes_are_refused(redis_url) -> None:
+    for prefix in ("", "a:b:", "a/b:", "a*:", "x" * 65 + ":", "sp ace:"):
+        with pytest.raises(berth.BerthError):
+            RedisBackend.from_url(redis_url, prefix=prefix, check_durability=False)
+    for option in ({"decode_responses": True}, {"retry": None}):
+        with pytest.raises(berth.BerthError):
+            RedisBackend.from_url(redis_url, check_durability=False, **option)
+
+
+def test_prefix_without_colon_gets_one(open_backend, fresh_prefix) -> None:
+    assert open_backend(prefix=fresh_prefix[:-1]).prefix == fresh_prefix
+
+
+def test_glob_characters_in_names_are_matched_literally(open_backend) -> None:
+    backend = open_backend()
+    names = ["x/a*b", "x/a?b", "x/a[b]", "x/a\\b", "x/aXb", "x/[ab]", "x/é/1", "y/a*b"]
+    for name in names:
+        backend.put(name, name.encode())
+    assert list(backend.scan("x/a*")) == ["x/a*b"]
+    assert list(backend.scan("x/a?")) == ["x/a?b"]
+    assert list(backend.scan("x/a[")) == ["x/a[b]"]
+    assert list(backend.scan("x/a\\")) == ["x/a\\b"]
+    assert list(backend.scan("x/[")) == ["x/[ab]"]
+    assert list(backend.scan("x/é")) == ["x/é/1"]
+    assert sorted(backend.scan("x/")) == sorted(n for n in names if n.startswith("x/"))
+
+
+def test_generation_never_reused_after_delete_and_recreate(open_backend) -> None:
+    backend = open_backend()
+    seen = []
+    for _ in range(5):
+        token = backend.put("i/k", b"v")
+        seen.append(token.value)
+        backend.delete("i/k", token)
+        with pytest.raises(berth.TokenMismatch):
+            backend.delete("i/k", token)
+    assert seen == sorted(set(seen)), seen
+    assert open_backend().put("i/k", b"v").value > seen[-1]
+
+
+def test_tokens_that_are_not_generations_mismatch_without_io(open_backend) -> None:
+    backend = open_backend()
+    backend.put("i/k", b"v")
+    for token in (berth.Token("etag"), berth.Token(-1), berth.Token(10**20), berth.Token(True)):
+        with pytest.raises(berth.TokenMismatch):
+            backend.delete("i/k", token)
+        with pytest.raises(berth.TokenMismatch):
+            backend.put("i/k", b"w", if_match=token)
+    assert backend.get("i/k")[0] == b"v"
+
+
+def test_heads_read_only_the_header(open_backend) -> None:
+    backend = open_backend()
+    big = bytes(range(256)) * 4096
+    token = backend.put("i/big", big)
+    assert list(backend.heads("i/", 16)) == [("i/big", big[:16], token, len(big))]
+
+
+def test_foreign_value_under_a_frame_key_is_a_backend_error(open_backend, redis_url, fresh_prefix) -> None:
+    backend = open_backend()
+    admin = _admin(redis_url)
+    try:
+        admin.set(f"{fresh_prefix}frame:i/k", b"not ours")
+        admin.hset(f"{fresh_prefix}frame:i/h", "a", "b")
+    finally:
+        admin.close()
+    with pytest.raises(berth.BackendError):
+        backend.get("i/k")
+    with pytest.raises(berth.BackendError):
+        backend.get("i/h")
+    with pytest.raises(berth.BackendError):
+        backend.put("i/h", b"v", if_match=berth.Token(1))
+
+
+def test_wait_replicas_unmet_is_a_backend_error(open_backend) -> None:
+    backend = open_backend(wait_replicas=1, wait_timeout=20)
+    with pytest.raises(berth.BackendError, match="replicas"):
+        backend.put("i/k", b"v")
+
+
+# --- killed connections -----------------------------------------------------------------------
+
+
+def _clients(admin: Any, name: str) -> list[dict[str, Any]]:
+    return [c for c in admin.client_list() if c.get("name") == name]
+
+
+def _killed_while_paused(url: str, name: str, call: Callable[[], object]) -> object:
+    """Pause writes, start `call`, kill its connection while its script waits, resume."""
+    admin = _admin(url)
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except Exception as exc:  # asserted by the caller
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    try:
+        admin.execute_command("CLIENT", "PAUSE", 10000, "WRITE")
+        thread.start()
+        deadline = time.monotonic() + 10
+        waiting: list[dict[str, Any]] = []
+        while not waiting and time.monotonic() < deadline:
+            waiting = [c for c in _clients(admin, name) if c.get("cmd") == "evalsha"]
+            time.sleep(0.01)
+        assert waiting, "the write never reached the server"
+        for client in waiting:
+            admin.execute_command("CLIENT", "KILL", "ID", client["id"])
+    finally:
+        admin.execute_command("CLIENT", "UNPAUSE")
+        admin.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and len(outcome) == 1
+    return outcome[0]
+
+
+@pytest.mark.parametrize("operation", ["claim", "delete", "save"])
+def test_connection_killed_mid_operation_is_a_backend_error_never_a_false_success(
+    operation, open_backend, redis_url
+) -> None:
+    name = f"berth-kill-{uuid.uuid4().hex[:8]}"
+    store = _sealed_store(open_backend(client_name=name))
+    store.save("k", make_envelope("before"))
+    parked = store.load("k")
+    assert parked is not None
+    calls = {
+        "claim": lambda: store.claim("k"),
+        "delete": lambda: store.delete("k", parked.token),
+        "save": lambda: store.save("k", make_envelope("after")),
+    }
+    outcome = _killed_while_paused(redis_url, name, calls[operation])
+    assert isinstance(outcome, berth.BackendError), f"{operation} under a killed connection returned {outcome!r}"
+    assert "rd" in str(outcome) and "k" in str(outcome)
+    again = store.load("k")  # the store works again, and the killed script never ran
+    assert again is not None and again.token == parked.token and again.envelope.run_id == "before"
+    assert store.claim("k") is not None and store.load("k") is None
+
+
+def test_idle_connections_killed_between_calls_are_replaced(open_backend, redis_url) -> None:
+    name = f"berth-idle-{uuid.uuid4().hex[:8]}"
+    store = _sealed_store(open_backend(client_name=name))
+    store.save("k", make_envelope())
+    admin = _admin(redis_url)
+    try:
+        killed = 0
+        for client in _clients(admin, name):
+            admin.execute_command("CLIENT", "KILL", "ID", client["id"])
+            killed += 1
+    finally:
+        admin.close()
+    assert killed >= 1
+    parked = store.load("k")
+    assert parked is not None
+    store.delete("k", parked.token)  # a write on a fresh connection: no spurious error
+    assert store.load("k") is None
+
+
+def test_a_server_that_is_not_there_is_a_backend_error() -> None:
+    backend = RedisBackend.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
+    try:
+        for call in (lambda: backend.get("i/k"), lambda: backend.put("i/k", b"v"), lambda: list(backend.scan(""))):
+            with pytest.raises(berth.BackendError):
+                call()
+    finally:
+        backend.close()
