@@ -36,8 +36,12 @@ any_char = st.characters(exclude_categories=())  # includes lone surrogates and 
 hostile_text = st.text(any_char, max_size=24)
 some_text = st.one_of(st.text(max_size=24), hostile_text, st.sampled_from(["", "a", "é", "\x00", "\ud800"]))
 json_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(), some_text,
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(),
+    some_text,
 )
 json_values = st.recursive(
     json_scalars,
@@ -147,8 +151,12 @@ def prop_mutated_frames(n: int) -> tuple[Callable[[], None], list[int]]:
         found = store.backend.get(NAME)
         assert found is not None
         frames[sealer] = bytes(found[0])
-    edit = st.tuples(st.sampled_from(["flip", "set", "insert", "delete", "dup"]), st.integers(0, 1 << 16),
-                     st.integers(0, 255), st.integers(1, 64))
+    edit = st.tuples(
+        st.sampled_from(["flip", "set", "insert", "delete", "dup"]),
+        st.integers(0, 1 << 16),
+        st.integers(0, 255),
+        st.integers(1, 64),
+    )
 
     @_settings(n)
     @given(st.sampled_from(sorted(stores)), st.lists(edit, min_size=1, max_size=6))

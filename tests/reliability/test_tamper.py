@@ -50,7 +50,7 @@ def mutations(frame: bytes, *, every_bit: bool, seed: int = 7) -> Iterator[tuple
     tails += [rng.randbytes(rng.randint(1, 256)) for _ in range(24)]
     for j, tail in enumerate(tails):
         yield f"append garbage #{j} ({len(tail)} bytes)", frame + tail
-    for j in range(8):  # garbage replacing the body, keeping the header
+    for _ in range(8):  # garbage replacing the body, keeping the header
         cut = rng.randint(60, n - 1)
         yield f"replace tail from {cut}", frame[:cut] + rng.randbytes(n - cut)
 

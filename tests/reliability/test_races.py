@@ -1,0 +1,256 @@
+"""Races at scale: claimers, a re-saver and a sweeper at once, on every backend.
+
+Every key of a large set is parked (some already past their deadline). Then,
+together: several claimer processes claim every key in the same order (so they
+contend on each key), one process re-saves every 7th key twice (a forward pass
+and a backward pass, so some re-saves land after the key was claimed), and one
+process sweeps in a loop. Afterwards the parent claims whatever is left, and:
+
+- no run is handed to two callers (zero double claims);
+- no expired run is ever handed out;
+- every acknowledged re-save, unless superseded by a later acknowledged
+  re-save, was claimed exactly once (zero lost re-saves), and every run parked
+  at the start that was neither expired nor superseded was claimed exactly once.
+
+The memory backend runs the same scenario with threads.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import berth
+
+from ._common import Result, Timer, big_envelope
+
+Opener = Callable[[], berth.Store]
+RESAVE_EVERY = 7
+EXPIRED_EVERY = 5
+
+
+def _keys(n: int) -> list[str]:
+    return [f"race/{i:06d}" for i in range(n)]
+
+
+def _claimer(open_store: Opener, keys: list[str], start: Any, out: str) -> None:
+    store = open_store()
+    won, expired, errors = [], [], []
+    start.wait()
+    for key in keys:
+        try:
+            env = store.claim(key)
+        except berth.Expired:
+            expired.append(key)
+            continue
+        except berth.BerthError as exc:
+            errors.append(f"{key}: {type(exc).__name__}: {exc}")
+            continue
+        if env is not None:
+            won.append(env.run_id)
+    store.close()
+    Path(out).write_text(json.dumps({"won": won, "expired": expired, "errors": errors}))
+
+
+def _resaver(open_store: Opener, keys: list[str], start: Any, out: str) -> None:
+    store = open_store()
+    future = datetime.now(timezone.utc) + timedelta(days=1)
+    env = big_envelope(size=500, deadline=future)
+    acked, errors = [], []
+    start.wait()
+    subset = keys[::RESAVE_EVERY]
+    for version, order in ((1, subset), (2, subset[::-1])):
+        for key in order:
+            run = f"v{version}:{key}"
+            try:
+                store.save(key, env.replace(run_id=run))
+            except berth.BerthError as exc:
+                errors.append(f"{key}: {type(exc).__name__}: {exc}")
+                continue
+            acked.append(run)
+    store.close()
+    Path(out).write_text(json.dumps({"acked": acked, "errors": errors}))
+
+
+def _sweeper(open_store: Opener, start: Any, done: Any, out: str) -> None:
+    store = open_store()
+    removed = sweeps = 0
+    errors = []
+    start.wait()
+    stop = time.monotonic() + 900
+    while not done.is_set() and time.monotonic() < stop:
+        try:
+            removed += store.sweep()
+        except berth.BerthError as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+        sweeps += 1
+    store.close()
+    Path(out).write_text(json.dumps({"removed": removed, "sweeps": sweeps, "errors": errors}))
+
+
+def run_races(
+    backend: str,
+    open_store: Opener,
+    root: Path,
+    *,
+    keys: int,
+    claimers: int = 3,
+    processes: bool = True,
+    budget: float = 900.0,
+) -> Result:
+    """Race `claimers` claimers, a re-saver and a sweeper over `keys` keys; count failed keys."""
+    result = Result("races: claimers x re-saver x sweeper", backend)
+    root.mkdir(parents=True, exist_ok=True)
+    timer = Timer(budget)
+    names = _keys(keys)
+    past = datetime.now(timezone.utc) - timedelta(hours=1)
+    future = datetime.now(timezone.utc) + timedelta(days=1)
+    env = big_envelope(size=500)
+    store = open_store()
+    expired0 = set()
+    for i, key in enumerate(names):
+        expired = i % EXPIRED_EVERY == 0
+        store.save(key, env.replace(run_id=f"v0:{key}", deadline=past if expired else future))
+        if expired:
+            expired0.add(f"v0:{key}")
+    if not processes:
+        start: Any = threading.Barrier(claimers + 2)
+        done: Any = threading.Event()
+        spawn: Callable[..., Any] = lambda target, args: threading.Thread(target=target, args=args)  # noqa: E731
+    else:
+        store.close()  # no connection crosses the fork
+        ctx = multiprocessing.get_context("fork")
+        start, done = ctx.Barrier(claimers + 2), ctx.Event()
+        spawn = lambda target, args: ctx.Process(target=target, args=args)  # noqa: E731
+    outs = [str(root / f"claimer-{c}.json") for c in range(claimers)]
+    workers = [spawn(_claimer, (open_store, names, start, out)) for out in outs]
+    workers.append(spawn(_resaver, (open_store, names, start, str(root / "resaver.json"))))
+    sweeper = spawn(_sweeper, (open_store, start, done, str(root / "sweeper.json")))
+    for w in [*workers, sweeper]:
+        w.start()
+    for w in workers:
+        w.join(max(1.0, timer.stop - time.monotonic()))
+    done.set()
+    sweeper.join(60)
+    for w in [*workers, sweeper]:
+        if w.is_alive():
+            result.fail(f"a worker overran the {budget:.0f} s budget")
+            if processes and w.pid:
+                w.kill()
+                w.join(5)
+    if result.failures:
+        return result
+    claims = [json.loads(Path(out).read_text()) for out in outs]
+    resaver = json.loads((root / "resaver.json").read_text())
+    sweep = json.loads((root / "sweeper.json").read_text())
+    for report in [*claims, resaver, sweep]:
+        for error in report["errors"][:5]:
+            result.fail(f"worker error: {error}")
+    # whatever is left is claimed now, so every run is accounted for
+    store = open_store()
+    leftover = []
+    for key in names:
+        try:
+            got = store.claim(key)
+        except berth.Expired:
+            continue
+        if got is not None:
+            leftover.append(got.run_id)
+    store.close()
+    won = Counter(run for c in claims for run in c["won"])
+    won.update(leftover)
+    acked = resaver["acked"]
+    acked_set = set(acked)
+    bad: set[str] = set()
+    for run, n in won.items():
+        if n > 1:
+            bad.add(run.split(":", 1)[1])
+            result.fail(f"{run} claimed {n} times")
+        if run in expired0:
+            bad.add(run.split(":", 1)[1])
+            result.fail(f"{run} was past its deadline but was handed out")
+    for key in names:
+        v0, v1, v2 = f"v0:{key}", f"v1:{key}", f"v2:{key}"
+        must = [] if v0 in expired0 or v1 in acked_set or v2 in acked_set else [v0]
+        if v2 in acked_set:
+            must.append(v2)
+        elif v1 in acked_set:
+            must.append(v1)
+        for run in must:
+            if won[run] != 1:
+                bad.add(key)
+                result.fail(f"{run} acknowledged but claimed {won[run]} times (lost)")
+    result.trials = keys
+    result.failures = len(bad)
+    total_claims = sum(len(c["won"]) for c in claims)
+    expired_seen = sum(len(c["expired"]) for c in claims)
+    result.notes.insert(
+        0,
+        f"{claimers} claimers: {total_claims} wins, {expired_seen} expired refusals; "
+        f"{len(acked)} re-saves; sweeper removed {sweep['removed']} in {sweep['sweeps']} sweeps; "
+        f"{len(leftover)} left for the final claim",
+    )
+    result.seconds = timer.elapsed()
+    return result
+
+
+# --- openers (module level: the worker processes are forked, nothing is pickled) ---------
+
+
+def memory_opener(_: Path) -> Opener:
+    from berth.backends.memory import MemoryBackend
+
+    backend = MemoryBackend()
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    return lambda: berth.Store(backend, identity="race", sealer=sealer)
+
+
+def url_opener(url: str, identity: str | None = None) -> Opener:
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    identity = identity or f"race-{secrets.token_hex(4)}"
+    return lambda: berth.open_store(url, identity=identity, sealer=sealer)
+
+
+def local_openers(root: Path) -> dict[str, Opener]:
+    return {
+        "memory": memory_opener(root),
+        "file": url_opener(f"file://{root}/file-store"),
+        "sqlite": url_opener(f"sqlite:///{root}/sqlite-store/berth.db"),
+    }
+
+
+def _check(result: Result) -> None:
+    result.notes = result.notes[1:]
+    result.check()
+
+
+@pytest.mark.parametrize("backend", ["memory", "file", "sqlite"])
+def test_races_local(backend: str, tmp_path: Path) -> None:
+    opener = local_openers(tmp_path)[backend]
+    result = run_races(backend, opener, tmp_path / "work", keys=150, processes=backend != "memory", budget=120)
+    assert result.trials == 150
+    _check(result)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["memory", "file", "sqlite"])
+def test_races_local_long(backend: str, tmp_path: Path) -> None:
+    opener = local_openers(tmp_path)[backend]
+    result = run_races(backend, opener, tmp_path / "work", keys=10_000, processes=backend != "memory", budget=900)
+    assert result.trials == 10_000
+    _check(result)
+
+
+def _cpu_count() -> int:
+    return os.cpu_count() or 1
