@@ -1,0 +1,398 @@
+"""`s3://bucket/prefix`: frames as S3 objects; the ETag is the token.
+
+An ETag is the MD5 of the object's bytes, so two saves of identical bytes
+would get the same ETag and a token loaded before the second save would still
+match it. Every put therefore appends 16 random bytes to the frame and records
+their count in the object's metadata (`x-amz-meta-berth-pad`); reads strip
+them. Each write gets a fresh ETag, and an object still starts with the
+frame's own bytes, so a ranged read of its first bytes is its header.
+
+Deletes and conditional puts send `If-Match: <etag>`, creates send
+`If-None-Match: *`. A 412, a 409 `ConditionalRequestConflict` (a racing
+request won) and a 404 `NoSuchKey` on a conditional call are `TokenMismatch`
+-- unless botocore retried the call after a transient error, in which case an
+earlier attempt may have succeeded and the outcome is reported as unknown
+(`BackendError`), never as a lost claim. Unconditional puts are sent once:
+retrying one could re-create an envelope that a waker claimed between the
+attempts.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import boto3  # type: ignore[import-untyped]
+from botocore.config import Config  # type: ignore[import-untyped]
+from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+
+from berth._errors import BackendError, BerthError, TokenMismatch
+from berth._token import Token
+
+__all__ = ["S3Backend"]
+
+_PAD = 16
+_PAD_META = "berth-pad"
+_NAME_META = "berth-name"
+_HASHED = "//"  # never inside a berth name (no empty key segment), so it marks a hashed object name
+_LOST_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
+
+
+def _status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code") or "")
+
+
+def _retried(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("RetryAttempts") or 0)
+
+
+def _is_lost(exc: ClientError) -> bool:
+    code = _code(exc)
+    return code in _LOST_CODES or (not code and _status(exc) in (409, 412))
+
+
+def _is_absent(exc: ClientError) -> bool:
+    return _code(exc) in ("NoSuchKey", "NotFound", "404")
+
+
+@contextmanager
+def _mapped(name: str, op: str, *, conditional: bool = False) -> Iterator[None]:
+    try:
+        yield
+    except ClientError as exc:
+        if conditional and _is_lost(exc):
+            if _retried(exc):
+                raise BackendError(
+                    f"s3 {op} of {name!r} has an unknown outcome: it was retried after a transient error and "
+                    f"then found its precondition gone ({_code(exc) or _status(exc)}); an earlier attempt may "
+                    "have succeeded"
+                ) from exc
+            raise TokenMismatch(f"{name!r} is not at the ETag given ({op}: {_code(exc) or _status(exc)})") from exc
+        raise BackendError(f"s3 {op} of {name!r} failed: {_code(exc) or _status(exc)}: {_message(exc)}") from exc
+    except (BotoCoreError, OSError) as exc:
+        raise BackendError(f"s3 {op} of {name!r} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _message(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Message") or exc)[:200]
+
+
+class S3Backend:
+    """Frames as objects `{prefix}/{identity}/{key}` in one S3 (or S3-compatible) bucket."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        client: Any = None,
+        put_client: Any = None,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        profile_name: str | None = None,
+        retry_attempts: int = 5,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 60.0,
+        addressing_style: str = "auto",
+        page_size: int = 1000,
+        max_name_bytes: int = 1024,
+    ):
+        """Open a bucket.
+
+        Args:
+            bucket: the bucket name; it must exist (berth never creates buckets).
+            prefix: object names start with `{prefix}/`; empty for the bucket's root.
+            client: a ready boto3 S3 client, used for every call (then `endpoint_url`,
+                `region_name`, `profile_name` and the retry and timeout options are ignored).
+            put_client: the client for unconditional puts (default: `client`, or a twin of the
+                client berth builds with retries turned off).
+            endpoint_url: an S3-compatible endpoint; default: whatever boto3 resolves
+                (`AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL`, the config file, then AWS).
+            region_name: default: boto3's (`AWS_REGION`, `AWS_DEFAULT_REGION`, config), else us-east-1.
+            profile_name: a named profile from the AWS config files.
+            retry_attempts: total attempts of an idempotent call (botocore standard retry mode).
+            connect_timeout: seconds to wait for a connection.
+            read_timeout: seconds to wait for a response.
+            addressing_style: `auto`, `path` or `virtual`.
+            page_size: objects per `list_objects_v2` page (at most 1000).
+            max_name_bytes: the service's object-name limit; longer names are stored hashed.
+
+        Raises:
+            BerthError: a bad option.
+        """
+        if not bucket:
+            raise BerthError("s3:// URL needs a bucket: s3://bucket/prefix")
+        prefix = prefix.strip("/")
+        if prefix and (any(not seg for seg in prefix.split("/")) or len(prefix.encode()) > 512):
+            raise BerthError(f"s3:// prefix {prefix!r} has an empty segment or is longer than 512 bytes")
+        if not 1 <= page_size <= 1000:
+            raise BerthError(f"s3 page_size must be 1..1000, got {page_size}")
+        self.bucket = bucket
+        self.prefix = prefix
+        self._root = prefix + "/" if prefix else ""
+        self._page_size = page_size
+        self._max_name = max_name_bytes
+        self._keep = max_name_bytes - len(_HASHED) - 64
+        if self._keep <= len(self._root.encode()) + 8:
+            raise BerthError(f"s3 max_name_bytes {max_name_bytes} leaves no room after prefix {prefix!r}")
+        self._owned: list[Any] = []
+        if client is None:
+            session = boto3.session.Session(profile_name=profile_name)
+            region = region_name or session.region_name or "us-east-1"
+
+            def make(attempts: int) -> Any:
+                config = Config(
+                    region_name=region,
+                    retries={"mode": "standard", "total_max_attempts": attempts},
+                    connect_timeout=connect_timeout,
+                    read_timeout=read_timeout,
+                    s3={"addressing_style": addressing_style},
+                )
+                return session.client("s3", endpoint_url=endpoint_url, config=config)
+
+            client = make(max(1, retry_attempts))
+            put_client = put_client or make(1)
+            self._owned = [client, put_client]
+        self._client = client
+        self._put_client = put_client or client
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> S3Backend:
+        """Open `s3://bucket/prefix` (options as for the constructor)."""
+        parts = urlsplit(url)
+        if parts.scheme.lower() != "s3" or not parts.netloc or parts.query or parts.fragment:
+            raise BerthError(f"not an s3://bucket/prefix URL: {url!r}")
+        return cls(parts.netloc, unquote(parts.path), **options)
+
+    def __repr__(self) -> str:
+        return f"S3Backend('s3://{self.bucket}/{self.prefix}')"
+
+    # --- names ------------------------------------------------------------------------
+
+    def _object(self, name: str) -> tuple[str, bool]:
+        full = self._root + name
+        raw = full.encode()
+        if len(raw) <= self._max_name:
+            return full, False
+        # S3 refuses keys over 1024 bytes: keep a readable head and make the rest a hash;
+        # the full name travels in the object's metadata.
+        cut = raw[: self._keep].decode("utf-8", "ignore")
+        return cut + _HASHED + hashlib.sha256(name.encode()).hexdigest(), True
+
+    def _name_of(self, obj: str, metadata: dict[str, str] | None) -> str | None:
+        if not obj.startswith(self._root):
+            return None
+        rest = obj[len(self._root) :]
+        if _HASHED not in rest:
+            return rest
+        encoded = (metadata or {}).get(_NAME_META)
+        if not encoded:
+            return None
+        try:
+            name = base64.urlsafe_b64decode(encoded.encode()).decode()
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return name if self._object(name)[0] == obj else None
+
+    def _query_prefix(self, prefix: str) -> str:
+        full = (self._root + prefix).encode()
+        limit = self._keep - 3  # a hashed name keeps at least this many bytes of its name
+        return full[:limit].decode("utf-8", "ignore") if len(full) > limit else full.decode()
+
+    # --- the seam ---------------------------------------------------------------------
+
+    def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
+        """Store `data` under `name` and return its new ETag.
+
+        Args:
+            name: `{identity}/{key}`.
+            data: the frame.
+            if_match: write only if the object's ETag is this token.
+            if_absent: write only if nothing is stored under `name`.
+
+        Returns:
+            The new object's ETag.
+
+        Raises:
+            TokenMismatch: the condition did not hold.
+            BackendError: S3 failed (a failed unconditional put leaves the previous object).
+        """
+        if if_match is not None and (if_absent or not _etag(if_match)):
+            raise TokenMismatch(f"{name!r} is not at ETag {if_match.value!r}")
+        obj, hashed = self._object(name)
+        metadata = {_PAD_META: str(_PAD)}
+        if hashed:
+            metadata[_NAME_META] = base64.urlsafe_b64encode(name.encode()).decode()
+        kwargs: dict[str, Any] = dict(
+            Bucket=self.bucket,
+            Key=obj,
+            Body=bytes(data) + os.urandom(_PAD),
+            ContentType="application/octet-stream",
+            Metadata=metadata,
+        )
+        conditional = if_absent or if_match is not None
+        if if_absent:
+            kwargs["IfNoneMatch"] = "*"
+        elif if_match is not None:
+            kwargs["IfMatch"] = if_match.value
+        client = self._client if conditional else self._put_client
+        with _mapped(name, "put", conditional=conditional):
+            response = client.put_object(**kwargs)
+        return Token(str(response["ETag"]))
+
+    def get(self, name: str) -> tuple[bytes, Token] | None:
+        """The frame under `name` and its ETag, or None.
+
+        Raises:
+            BackendError: S3 failed.
+        """
+        obj, _ = self._object(name)
+        with _mapped(name, "get"):
+            try:
+                response = self._client.get_object(Bucket=self.bucket, Key=obj)
+            except ClientError as exc:
+                if _is_absent(exc):
+                    return None
+                raise
+            body = response["Body"].read()
+        pad = _pad_of(response, name)
+        if pad > len(body):
+            raise BackendError(f"s3 object for {name!r} is shorter than its {_PAD_META} metadata says")
+        return body[: len(body) - pad], Token(str(response["ETag"]))
+
+    def delete(self, name: str, token: Token) -> None:
+        """Remove `name` only if its ETag is `token`.
+
+        Raises:
+            TokenMismatch: the object changed, is gone, or never existed.
+            BackendError: S3 failed, or a retried delete's outcome is unknown.
+        """
+        etag = _etag(token)
+        if not etag:
+            raise TokenMismatch(f"{name!r} is not at ETag {token.value!r}")
+        obj, _ = self._object(name)
+        with _mapped(name, "delete", conditional=True):
+            self._client.delete_object(Bucket=self.bucket, Key=obj, IfMatch=etag)
+
+    def _pages(self, prefix: str) -> Iterator[list[dict[str, Any]]]:
+        query = self._query_prefix(prefix)
+        kwargs: dict[str, Any] = dict(Bucket=self.bucket, Prefix=query, MaxKeys=self._page_size)
+        while True:
+            with _mapped(prefix, "list"):
+                page = self._client.list_objects_v2(**kwargs)
+            yield page.get("Contents", [])
+            if not page.get("IsTruncated"):
+                return
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    def _listed_name(self, obj: str, prefix: str) -> str | None:
+        rest = obj[len(self._root) :] if obj.startswith(self._root) else None
+        if rest is None:
+            return None
+        if _HASHED in rest:  # a long name: its metadata has it
+            with _mapped(obj, "head"):
+                try:
+                    head = self._client.head_object(Bucket=self.bucket, Key=obj)
+                except ClientError as exc:
+                    if _is_absent(exc):
+                        return None
+                    raise
+            name = self._name_of(obj, head.get("Metadata"))
+        else:
+            name = rest
+        return name if name is not None and name.startswith(prefix) else None
+
+    def scan(self, prefix: str) -> Iterator[str]:
+        """Every name under `prefix`, one `list_objects_v2` page at a time.
+
+        Raises:
+            BackendError: S3 failed.
+        """
+        for page in self._pages(prefix):
+            for item in page:
+                name = self._listed_name(str(item["Key"]), prefix)
+                if name is not None:
+                    yield name
+
+    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, bytes, Token, int]]:
+        """(name, first `size` bytes, ETag, full size) under `prefix`, by ranged reads.
+
+        Raises:
+            BackendError: S3 failed.
+        """
+        for page in self._pages(prefix):
+            for item in page:
+                obj = str(item["Key"])
+                rest = obj[len(self._root) :] if obj.startswith(self._root) else None
+                if rest is None or (_HASHED not in rest and not rest.startswith(prefix)):
+                    continue
+                head = self._head(obj, size)
+                if head is None:
+                    continue
+                data, metadata, etag, full = head
+                name = self._name_of(obj, metadata)
+                if name is not None and name.startswith(prefix):
+                    yield name, data, etag, full
+
+    def _head(self, obj: str, size: int) -> tuple[bytes, dict[str, str], Token, int] | None:
+        with _mapped(obj, "read"):
+            try:
+                response = self._client.get_object(Bucket=self.bucket, Key=obj, Range=f"bytes=0-{max(size, 1) - 1}")
+            except ClientError as exc:
+                if _is_absent(exc):
+                    return None
+                if _status(exc) != 416:
+                    raise
+                response = None  # an empty object has no byte 0
+            if response is None:
+                try:
+                    response = self._client.get_object(Bucket=self.bucket, Key=obj)
+                except ClientError as exc:
+                    if _is_absent(exc):
+                        return None
+                    raise
+            body = response["Body"].read()
+        total = _total_size(response, len(body))
+        pad = _pad_of(response, obj)
+        full = max(0, total - pad)
+        return body[: min(len(body), full, size)], response.get("Metadata") or {}, Token(str(response["ETag"])), full
+
+    def close(self) -> None:
+        """Close the connection pools of the clients berth built."""
+        for client in self._owned:
+            close = getattr(client, "close", None)
+            if close is not None:
+                close()
+        self._owned = []
+
+
+def _etag(token: Token) -> str:
+    return token.value if isinstance(token.value, str) and token.value else ""
+
+
+def _pad_of(response: dict[str, Any], name: str) -> int:
+    value = (response.get("Metadata") or {}).get(_PAD_META)
+    if value is None:
+        return 0  # written by something other than berth: taken verbatim
+    try:
+        pad = int(value)
+    except ValueError:
+        pad = -1
+    if not 0 <= pad <= 1024:
+        raise BackendError(f"s3 object for {name!r} has a bad {_PAD_META} metadata value {value!r}")
+    return pad
+
+
+def _total_size(response: dict[str, Any], read: int) -> int:
+    content_range = str(response.get("ContentRange") or "")
+    total = content_range.rpartition("/")[2]
+    return int(total) if total.isdigit() else read
