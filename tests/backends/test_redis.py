@@ -104,6 +104,21 @@ def test_durability_warning_once_per_server(redis_url, fresh_prefix, unchecked) 
         RedisBackend.from_url(redis_url, prefix=fresh_prefix).close()
 
 
+def test_durability_warning_names_an_evicting_memory_policy(redis_url, fresh_prefix, unchecked) -> None:
+    admin = _admin(redis_url)
+    before = {k: v for name in ("maxmemory", "maxmemory-policy") for k, v in admin.config_get(name).items()}
+    try:  # a limit far above what this server holds: the policy is reported, nothing is evicted
+        admin.config_set("maxmemory", str(64 * 2**30))
+        admin.config_set("maxmemory-policy", "allkeys-lru")
+        with pytest.warns(DurabilityWarning, match="maxmemory-policy allkeys-lru") as record:
+            RedisBackend.from_url(redis_url, prefix=fresh_prefix).close()
+        assert "noeviction" in str(record[0].message)
+    finally:
+        admin.config_set("maxmemory-policy", before["maxmemory-policy"])
+        admin.config_set("maxmemory", before["maxmemory"])
+        admin.close()
+
+
 def test_durability_check_can_be_turned_off(redis_url, fresh_prefix, unchecked) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -197,49 +197,65 @@ class RedisBackend:
                 return
             _checked_servers.add(server)
         try:
-            problem = self._persistence_problem()
+            problems = self._durability_problems()
         except redis.exceptions.RedisError as exc:
             with _checked_lock:
                 _checked_servers.discard(server)  # check again at the next open
             log.info("berth: could not reach redis at %s to check its persistence: %s", server, exc)
             return
-        if problem:
+        if problems:
             warnings.warn(
-                f"berth: redis at {server} {problem}. An acknowledged save can vanish and an acknowledged "
-                "claim can be undone, so a run could be resumed twice; enable 'appendonly yes' with "
-                "'appendfsync always' (or 'everysec': at most a second lost on a host crash). "
-                "See docs/backends/redis.md",
+                f"redis at {server} can lose writes it acknowledged: it {'; and it '.join(p for p, _ in problems)}. "
+                "A parked run can vanish, and a claimed run can come back and be resumed twice. "
+                f"Fix: {'; '.join(fix for _, fix in problems)}. See docs/backends/redis.md",
                 DurabilityWarning,
                 stacklevel=_caller_level(),
             )
 
-    def _persistence_problem(self) -> str | None:
+    def _durability_problems(self) -> list[tuple[str, str]]:
+        """What about the server's settings can lose acknowledged writes: (problem, fix) pairs."""
+        config: dict[str, str] = {}
         try:
-            config: dict[str, str] = {}
-            for name in ("appendonly", "appendfsync", "save"):
+            for name in ("appendonly", "appendfsync", "save", "maxmemory", "maxmemory-policy"):
                 got = self.client.config_get(name)
                 config.update({_str(k): _str(v) for k, v in got.items()})
         except redis.exceptions.ResponseError:  # CONFIG renamed, disabled or not granted: ask INFO
             try:
-                info = self.client.info("persistence")
+                info = {**self.client.info("persistence"), **self.client.info("memory")}
             except redis.exceptions.ResponseError as exc:
                 log.warning(
                     "berth: cannot read the persistence settings of redis at %s (%s); make sure it runs "
-                    "with appendonly yes, or acknowledged writes can be lost on a restart",
+                    "with appendonly yes and maxmemory-policy noeviction, or acknowledged writes can be lost",
                     self._server(),
                     exc,
                 )
-                return None
-            if not int(info.get("aof_enabled", 0)):
-                return "runs without an append-only file (INFO persistence: aof_enabled:0)"
-            return None
+                return []
+            config["appendonly"] = "yes" if int(info.get("aof_enabled", 0)) else "no"
+            config["maxmemory"] = _str(info.get("maxmemory", 0))
+            config["maxmemory-policy"] = _str(info.get("maxmemory_policy", "noeviction"))
+            source = " (INFO: aof_enabled:0)"
+        else:
+            source = ""
+        problems = []
         if config.get("appendonly", "no").lower() != "yes":
             snapshots = config.get("save", "").strip()
-            since = f"RDB snapshots only ({snapshots!r})" if snapshots else "no snapshots at all"
-            return f"runs without an append-only file (appendonly no; {since})"
-        if config.get("appendfsync", "everysec").lower() == "no":
-            return "never fsyncs its append-only file itself (appendfsync no)"
-        return None
+            since = (
+                f"; RDB snapshots only ({snapshots!r})" if snapshots else ("; no snapshots" if "save" in config else "")
+            )
+            problems.append(
+                (
+                    f"runs without an append-only file (appendonly no{since}){source}",
+                    "appendonly yes with appendfsync always (or everysec: at most a second lost on a host crash)",
+                )
+            )
+        elif config.get("appendfsync", "everysec").lower() == "no":
+            problems.append(("never fsyncs its append-only file itself (appendfsync no)", "appendfsync always"))
+        policy = config.get("maxmemory-policy", "noeviction").lower()
+        if policy.startswith("allkeys") and config.get("maxmemory", "0") != "0":
+            problems.append(
+                (f"evicts keys under memory pressure (maxmemory-policy {policy})", "maxmemory-policy noeviction")
+            )
+        return problems
 
     # --- the seam ---------------------------------------------------------------------
 
