@@ -93,6 +93,7 @@ class Settings:
     identity: str | None = None
     keyring: str | None = None
     command: str = "berth"
+    key: str | None = None
     _stores: list[Any] = field(default_factory=list)
     _sealer: berth.Sealer | None = None
 
@@ -134,15 +135,15 @@ class Settings:
         self._stores.append(store)
         return store
 
-    def questions(self) -> Any:
-        """Open the question store next to the envelope store, sealed by the same sealer."""
-        open_questions = getattr(berth, "open_questions", None)
-        if open_questions is None:
-            bad_usage("this berth has no question store (berth.open_questions)")
+    def questions(self, *, keys: bool = True) -> berth.QuestionStore:
+        """Open the question store next to the envelope store, sealed by the same sealer.
+
+        `keys=False` for sweeping, which reads headers only.
+        """
         url = self.store_url()
-        sealer = self._resolved_sealer()
+        sealer = self._resolved_sealer() if keys else berth.PlaintextSealer()
         try:
-            qs = open_questions(url, identity=self.who, sealer=sealer)
+            qs = berth.open_questions(url, identity=self.who, sealer=sealer)
         except berth.InvalidKey as exc:
             bad_usage(str(exc))
         except berth.BerthError as exc:
@@ -339,7 +340,7 @@ def _run(settings: Settings, fn: Callable[[], Any]) -> int:
     except click.Abort:
         return fail("aborted", 130)
     except (berth.InvalidKey, berth.InvalidEnvelope) as exc:
-        return fail(str(exc), USAGE)
+        return fail(_named(settings, exc), USAGE)
     except berth.BerthError as exc:
         return fail(_named(settings, exc), REFUSED)
     except BrokenPipeError:
@@ -354,10 +355,12 @@ def _run(settings: Settings, fn: Callable[[], Any]) -> int:
 
 
 def _named(settings: Settings, exc: berth.BerthError) -> str:
+    """The error's message, led by the identity and key when it does not name them itself."""
     text = str(exc)
-    if "identity" in text:
+    key = exc.key or settings.key
+    if "identity" in text and (key is None or f"key {key!r}" in text):
         return text
-    return f"{where(exc.identity or settings.who, exc.key)}: {text}"
+    return f"{where(exc.identity or settings.who, key)}: {text}"
 
 
 # --- time, sizes and JSON ------------------------------------------------------------------
@@ -563,6 +566,11 @@ def check_key(store: berth.Store, key: str) -> None:
         pass
 
 
+def _remember_key(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    ctx.ensure_object(Settings).key = value
+    return value
+
+
 # --- parsing -------------------------------------------------------------------------------
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -635,7 +643,7 @@ def cli() -> None:
 @store_options(env=False)
 @click.pass_obj
 def ls_cmd(settings: Settings, prefix: str, expired: bool, out: str | None) -> None:
-    """List what is parked, from the frame headers (needs no key).
+    """List what is parked, from frame headers (needs no key).
 
     \b
     Example:
@@ -716,13 +724,13 @@ def _print_envelope(key: str, env: berth.Envelope, at: datetime) -> None:
 
 
 @cli.command("show", context_settings=CONTEXT)
-@click.argument("key")
+@click.argument("key", callback=_remember_key)
 @click.option("--raw", is_flag=True, help="The frame's cleartext header only; needs no key.")
 @output_options()
 @store_options(env=False)
 @click.pass_obj
 def show_cmd(settings: Settings, key: str, raw: bool, out: str | None) -> None:
-    """Open one parked envelope and print it (expired ones too, marked so).
+    """Open one parked envelope and print it (expired ones too).
 
     \b
     Example:
@@ -750,7 +758,7 @@ def show_cmd(settings: Settings, key: str, raw: bool, out: str | None) -> None:
 
 
 @cli.command("park", context_settings=CONTEXT)
-@click.argument("key")
+@click.argument("key", callback=_remember_key)
 @click.option(
     "--state",
     "state",
@@ -787,14 +795,13 @@ def park_cmd(
     question: str | None,
     out: str | None,
 ) -> None:
-    """Seal and park a run's state under KEY (a re-park supersedes what was there).
+    """Seal and park a run's state under KEY (replacing what was there).
 
     \b
     Example:
       berth park 'org/repo#42' --state state.json --deadline 2h --label repo=org/repo
     """
     data = state.read()
-    store = settings.open(keys=True)
     env = berth.Envelope(
         provider_state=data,
         provider=provider,
@@ -804,9 +811,9 @@ def park_cmd(
         deadline=deadline,
         labels=labels,
     )
+    store = settings.open(keys=True)
     if question is not None:
-        coordinator = _coordinator(settings, store)
-        coordinator.suspend(key, env, question=question)
+        berth.Coordinator(store, settings.questions()).suspend(key, env, question=question)
     else:
         store.save(key, env)
     item = find_listing(store, key)
@@ -823,12 +830,12 @@ def park_cmd(
 
 
 @cli.command("claim", context_settings=CONTEXT)
-@click.argument("key")
+@click.argument("key", callback=_remember_key)
 @output_options()
 @store_options(env=False)
 @click.pass_obj
 def claim_cmd(settings: Settings, key: str, out: str | None) -> None:
-    """Take the envelope parked under KEY: exactly one claimer wins and gets it.
+    """Take the envelope under KEY: exactly one claimer gets it.
 
     Exit 1 when another claimer won, nothing is parked, or it had expired
     (an expired envelope is removed, never handed out).
@@ -849,7 +856,7 @@ def claim_cmd(settings: Settings, key: str, out: str | None) -> None:
 
 
 @cli.command("rm", context_settings=CONTEXT)
-@click.argument("key")
+@click.argument("key", callback=_remember_key)
 @click.option("--force", is_flag=True, help="Also remove an expired frame, or one that does not open.")
 @store_options(env=False)
 @click.pass_obj
@@ -887,7 +894,19 @@ def rm_cmd(settings: Settings, key: str, force: bool) -> None:
         store.delete(key, parked.token)
     except berth.TokenMismatch:
         refuse(f"{where(store.identity, key)} was claimed or re-parked meanwhile: nothing removed")
+    _drop_question(settings, key, parked.envelope.run_id)
     click.echo(f"removed {key!r} for {where(store.identity)}")
+
+
+def _drop_question(settings: Settings, key: str, run_id: str) -> None:
+    """Consume the question the removed run was waiting on (a newer run's question is left alone)."""
+    try:
+        qs = settings.questions()
+        q = qs.pending(key)
+        if q is not None and q.run_id == run_id:
+            qs.consume(key, q.id)
+    except berth.BerthError as exc:
+        warn(f"removed {key!r}, but its question stays until swept: {exc}")
 
 
 @cli.command("sweep", context_settings=CONTEXT)
@@ -896,7 +915,10 @@ def rm_cmd(settings: Settings, key: str, force: bool) -> None:
 @store_options(env=False)
 @click.pass_obj
 def sweep_cmd(settings: Settings, dry_run: bool, out: str | None) -> None:
-    """Remove every envelope past its deadline (needs no key; a run re-parked meanwhile survives).
+    """Remove every envelope past its deadline (needs no key).
+
+    Each is removed only if unchanged since it was listed: a run re-parked
+    meanwhile survives. Their questions go with them.
 
     \b
     Example:
@@ -916,11 +938,15 @@ def sweep_cmd(settings: Settings, dry_run: bool, out: str | None) -> None:
                     pass  # re-parked or claimed since it was listed: not ours to remove
                 advance()
     keys = [item.key for item in expired] if dry_run else removed
+    dropped = 0 if dry_run else settings.questions(keys=False).sweep(at)
     if out:
-        emit_json({"dry_run": dry_run, "swept": len(keys), "keys": keys})
+        emit_json({"dry_run": dry_run, "swept": len(keys), "keys": keys, "questions": dropped})
         return
     verb = "would remove" if dry_run else "removed"
-    click.echo(f"{verb} {len(keys)} expired envelope{'s' if len(keys) != 1 else ''} for {where(store.identity)}")
+    click.echo(
+        f"{verb} {len(keys)} expired envelope{'s' if len(keys) != 1 else ''} for {where(store.identity)}"
+        + (f" and {dropped} question{'s' if dropped != 1 else ''}" if dropped else "")
+    )
     for key in keys:
         click.echo(f"  {key}")
 
@@ -933,7 +959,10 @@ def sweep_cmd(settings: Settings, dry_run: bool, out: str | None) -> None:
 @store_options(env=False)
 @click.pass_obj
 def reseal_cmd(settings: Settings, accept_plaintext: bool, out: str | None) -> None:
-    """Re-seal every envelope not sealed by the current key (after `berth keys rotate`).
+    """Re-seal every envelope not sealed by the current key.
+
+    Run it after `berth keys rotate`, or with BERTH_KMS and BERTH_KEYRING both
+    set to move a keyring store onto a KMS.
 
     Exit 1 if any frame could not be opened.
 
@@ -994,7 +1023,7 @@ def _names(store: berth.Store) -> Iterator[str]:
 @store_options(env=False)
 @click.pass_obj
 def verify_cmd(settings: Settings, out: str | None) -> None:
-    """Open every parked frame and count ok / expired / tampered / unknown key.
+    """Open every frame; count ok, expired, tampered, unknown key.
 
     Exit 1 if any frame is tampered with (or unreadable).
 
@@ -1021,7 +1050,7 @@ def verify_cmd(settings: Settings, out: str | None) -> None:
         emit_json({**counts, "problems": problems})
     elif out is None:
         for p in problems:
-            click.echo(f"{p['status']:<11} {p['key']}: {_one_line(p['error'])}")
+            click.echo(f"{p['status'].replace('_', ' '):<11} {p['key']}: {_one_line(p['error'])}")
         summary = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n or s in ("ok", "tampered"))
         click.echo(f"{where(store.identity)}: {summary}")
     bad = counts["tampered"] + counts["unreadable"]
@@ -1032,20 +1061,13 @@ def verify_cmd(settings: Settings, out: str | None) -> None:
 # --- questions -----------------------------------------------------------------------------
 
 
-def _coordinator(settings: Settings, store: berth.Store) -> Any:
-    coordinator = getattr(berth, "Coordinator", None)
-    if coordinator is None:
-        bad_usage("this berth has no coordinator (berth.Coordinator): park without --question")
-    return coordinator(store, settings.questions())
-
-
 @cli.command("questions", context_settings=CONTEXT)
 @click.option("--prefix", default="", metavar="PREFIX", help="Only keys that start with PREFIX.")
 @output_options(stream=True)
 @store_options(env=False)
 @click.pass_obj
 def questions_cmd(settings: Settings, prefix: str, out: str | None) -> None:
-    """List the questions parked runs wait on, with their prompts and deadlines.
+    """List the questions parked runs wait on, with deadlines.
 
     \b
     Example:
@@ -1105,7 +1127,7 @@ def _question_doc(q: Any, a: Any, deadline: datetime | None) -> dict[str, Any]:
 
 
 @cli.command("answer", context_settings=CONTEXT)
-@click.argument("key")
+@click.argument("key", callback=_remember_key)
 @click.argument("text", required=False)
 @click.option("--file", "file", type=click.File("r"), metavar="FILE|-", help="Read the answer from a file or stdin.")
 @click.option("--by", default=None, metavar="NAME", help="Who answers (default: your user name).")
@@ -1121,7 +1143,9 @@ def answer_cmd(
     Example:
       berth answer 'org/repo#42' 'yes, push it'
     """
-    if (text is None) == (file is None):
+    if text is None and file is None:
+        raise click.UsageError("give the answer as TEXT, or with --file FILE (- for stdin)")
+    if text is not None and file is not None:
         raise click.UsageError("give the answer as TEXT or with --file, not both")
     body = text if text is not None else file.read()  # type: ignore[union-attr]
     qs = settings.questions()
@@ -1148,9 +1172,9 @@ def _user() -> str:
 # --- keys ----------------------------------------------------------------------------------
 
 
-@cli.group("keys", context_settings=CONTEXT)
+@cli.group("keys", cls=Group, context_settings=CONTEXT)
 def keys_group() -> None:
-    """Create, rotate and inspect berth keyring files (AES-256-GCM keys).
+    """Create, rotate and inspect keyring files (AES-256-GCM keys).
 
     \b
     Example:
@@ -1161,7 +1185,7 @@ def keys_group() -> None:
 def _keyring_doc(path: str, ring: berth.Keyring, reveal: bool) -> dict[str, Any]:
     doc: dict[str, Any] = {"path": path, "primary": ring.primary, "key_ids": ring.key_ids}
     try:
-        doc["mode"] = oct(stat.S_IMODE(os.stat(path).st_mode))
+        doc["mode"] = f"{stat.S_IMODE(os.stat(path).st_mode):04o}"
     except OSError:
         doc["mode"] = None
     if reveal:
@@ -1206,7 +1230,10 @@ def keys_generate(path: str, force: bool, out: str | None) -> None:
 @click.argument("path", type=click.Path(dir_okay=False))
 @output_options()
 def keys_rotate(path: str, out: str | None) -> None:
-    """Add a fresh primary key to the keyring at PATH; older keys still open old frames.
+    """Add a fresh primary key to the keyring at PATH.
+
+    Older keys stay, so older frames still open; `berth reseal` moves them
+    to the new key.
 
     \b
     Example:
@@ -1228,7 +1255,7 @@ def keys_rotate(path: str, out: str | None) -> None:
 @click.option("--reveal", is_flag=True, help="Also print the key material (base64). Keep it off screens.")
 @output_options()
 def keys_show(path: str, reveal: bool, out: str | None) -> None:
-    """Describe the keyring at PATH: primary key id, key ids, file mode (no key material).
+    """Describe the keyring at PATH (no key material unless --reveal).
 
     \b
     Example:
@@ -1264,7 +1291,7 @@ def _save_keyring(ring: berth.Keyring, path: str) -> None:
 )
 @click.option("--keep", is_flag=True, help="Keep the temporary directory and print where it is.")
 def demo_cmd(demo_url: str | None, keep: bool) -> None:
-    """Show the whole job in a few seconds: park, ask, answer, race, tamper, expire.
+    """The whole job in seconds: park, answer, race, tamper, expire.
 
     Exit 0 only if every step behaved as stated.
 
