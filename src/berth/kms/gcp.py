@@ -133,9 +133,10 @@ class GcpKms:
             raise
         except Exception as exc:
             kind = type(exc).__name__
-            if unwrap and kind == "InvalidArgument":
+            # Over REST every 400 arrives as BadRequest: the status in the body tells them apart.
+            if unwrap and _status(exc) == "INVALID_ARGUMENT" and "checksum" not in str(exc):
                 raise IntegrityError(
-                    f"Cloud KMS refuses to decrypt the data key under {self._key_name!r} ({kind}): "
+                    f"Cloud KMS refuses to decrypt the data key under {self._key_name!r} (INVALID_ARGUMENT): "
                     "changed, or wrapped for another frame",
                     identity=identity,
                     key=key,
@@ -165,6 +166,17 @@ def _kms_v1() -> Any:
 
 def _rebuild(key_name: str, timeout: float, client: Any) -> GcpKms:
     return GcpKms(key_name, timeout=timeout, client=client)
+
+
+def _status(exc: Exception) -> str:
+    """The canonical status (INVALID_ARGUMENT, ...) of a google.api_core error, over gRPC or REST."""
+    code = getattr(exc, "grpc_status_code", None)
+    if code is not None:
+        return str(getattr(code, "name", code))
+    try:
+        return str(exc.response.json()["error"]["status"])  # type: ignore[attr-defined]
+    except Exception:
+        return ""
 
 
 def _is_real_client(client: Any) -> bool:
