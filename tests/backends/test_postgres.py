@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -314,3 +315,41 @@ def test_a_server_that_is_not_there_is_a_backend_error() -> None:
             list(backend.scan("i/"))
     finally:
         backend.close()
+
+
+# --- permissions ---------------------------------------------------------------------------------
+
+DOCUMENTED_GRANTS = [  # docs/backends/postgresql.md, "Permissions"
+    "GRANT USAGE ON SCHEMA {schema} TO {role}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.frames TO {role}",
+    "GRANT USAGE ON SEQUENCE {schema}.frames_gen TO {role}",
+    "GRANT SELECT ON {schema}.berth_schema_version TO {role}",
+]
+
+
+def test_documented_grants_are_enough_for_an_application_role(open_backend, postgres_dsn, fresh_schema) -> None:
+    role = f"berth_app_{uuid.uuid4().hex[:8]}"
+    open_backend().setup()  # as the owner
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        try:
+            for grant in DOCUMENTED_GRANTS:
+                admin.execute(grant.format(schema=f'"{fresh_schema}"', role=f'"{role}"'))
+            app_dsn = postgres_dsn.replace("postgres@", f"{role}@", 1)
+            assert app_dsn != postgres_dsn
+            app = PostgresBackend.from_url(app_dsn, schema=fresh_schema)
+            try:
+                store = _sealed_store(app)
+                store.save("k", make_envelope(deadline=store.now() - timedelta(seconds=1)))
+                store.save("j", make_envelope())
+                assert sorted(i.key for i in store.list()) == ["j", "k"]
+                assert store.sweep() == 1
+                assert store.claim("j") is not None
+                app.put("pg/x", b"v", if_match=app.put("pg/x", b"v"))  # the conditional write of reseal
+                with pytest.raises(berth.BackendError, match="permission denied"):
+                    PostgresBackend.from_url(app_dsn, schema=fresh_schema, table="other").setup()
+            finally:
+                app.close()
+        finally:
+            admin.execute(f'DROP OWNED BY "{role}"')
+            admin.execute(f'DROP ROLE "{role}"')
