@@ -588,6 +588,9 @@ def test_verify_finds_frames_listing_cannot_read(store: berth.Store) -> None:
     result = run("verify", "--json")
     assert result.exit_code == 1
     assert json.loads(result.stdout)["unreadable"] == 1
+    fails(1, "rm", "junk", says=[*where("junk"), "--force"])
+    ok("rm", "junk", "--force")
+    assert ok("verify", "--json").stdout.count('"unreadable": 0') == 1
 
 
 def test_verify_bad_input_is_exit_2(home: Path) -> None:

@@ -873,10 +873,11 @@ def rm_cmd(settings: Settings, key: str, force: bool) -> None:
     if force:
         store = settings.open(keys=False)
         item = find_listing(store, key)
-        if item is None:
+        token = item.token if item is not None else _raw_token(store, key)
+        if token is None:
             refuse(f"nothing parked at {where(store.identity, key)}")
         try:
-            store.delete(key, item.token)
+            store.delete(key, token)
         except berth.TokenMismatch:
             refuse(f"{where(store.identity, key)} changed while it was being removed: nothing removed, try again")
         click.echo(f"removed {key!r} for {where(store.identity)} (unopened)")
@@ -896,6 +897,12 @@ def rm_cmd(settings: Settings, key: str, force: bool) -> None:
         refuse(f"{where(store.identity, key)} was claimed or re-parked meanwhile: nothing removed")
     _drop_question(settings, key, parked.envelope.run_id)
     click.echo(f"removed {key!r} for {where(store.identity)}")
+
+
+def _raw_token(store: berth.Store, key: str) -> berth.Token | None:
+    """The token of bytes under `key` that are not a readable frame (listing skips them)."""
+    found = store.backend.get(f"{store.identity}/{key}")
+    return None if found is None else found[1]
 
 
 def _drop_question(settings: Settings, key: str, run_id: str) -> None:

@@ -264,6 +264,7 @@ def _run(n: Narrator, s: Setup) -> None:
 
         # 4. two wakers race
         n.step(f"Two wakers race for {key}, each in its own process")
+        n.say("   (both load the run first, so both hold its token when they claim)", "dim")
         results, why = _race(s, key)
         if results is not None:
             for r in results:
@@ -300,7 +301,7 @@ def _run(n: Narrator, s: Setup) -> None:
             store.backend.put(name, bytes(data))
             wake = coordinator.wake(key)
             err = wake.error
-            n.say(f"   wake {key}: {wake.decision.name}, {type(err).__name__ if err else 'no error'}")
+            n.say(f"   wake {key}: {wake.decision.name} ({wake.reason}: {type(err).__name__ if err else 'no error'})")
             if err is not None:
                 for line in textwrap.wrap(" ".join(str(err).split()), 72):
                     n.say(f"     {line}", "dim")
