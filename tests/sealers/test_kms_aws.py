@@ -157,6 +157,14 @@ def test_pickled_client_recreates_its_boto3_client(aws_key: str, aws_env: str) -
     assert copy.kms.client is not kms.client  # type: ignore[attr-defined]
 
 
+def test_an_injected_client_travels_as_its_endpoint_and_region(aws_key: str, kms_admin: Any) -> None:
+    kms = AwsKms(aws_key, client=kms_admin)
+    wrapped = kms.wrap(b"k" * 32, context=CTX_A)
+    copy = pickle.loads(pickle.dumps(kms))
+    assert copy.client.meta.endpoint_url == kms_admin.meta.endpoint_url
+    assert copy.unwrap(wrapped, context=CTX_A) == b"k" * 32
+
+
 def test_region_comes_from_a_key_arn(aws_key: str, aws_env: str) -> None:
     assert AwsKms(aws_key, endpoint_url=aws_env).client.meta.region_name == REGION
 

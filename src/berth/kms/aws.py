@@ -184,8 +184,12 @@ class AwsKms:
         return f"AwsKms({self._key_id!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # The boto3 client does not travel: the copy creates its own on first use.
-        return (_rebuild, (self._key_id, self._region, self._endpoint_url, self._max_attempts, self._timeout))
+        # The boto3 client does not travel: the copy creates its own on first use, at the same
+        # endpoint and region (credentials come from the environment of the process it lands in).
+        meta = getattr(self._client, "meta", None)
+        region = self._region or getattr(meta, "region_name", None)
+        endpoint = self._endpoint_url or getattr(meta, "endpoint_url", None)
+        return (_rebuild, (self._key_id, region, endpoint, self._max_attempts, self._timeout))
 
 
 def _rebuild(key_id: str, region: str | None, endpoint_url: str | None, max_attempts: int, timeout: float) -> AwsKms:
