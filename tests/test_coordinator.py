@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -572,3 +572,43 @@ def test_wake_race_between_processes_never_resumes_twice(race_url: str) -> None:
         store.close()
         questions.close()
     assert [p.exitcode for p in procs] == [0] * len(procs)
+
+
+class OwnQuestions:
+    """A host's own question store (think pull-request comments): just the protocol's four methods."""
+
+    def __init__(self) -> None:
+        self.asked: dict[str, berth.Question] = {}
+        self.answers: dict[str, berth.Answer] = {}
+
+    def ask(self, key: str, prompt: str, *, run_id: str, question_id: str) -> berth.Question:
+        self.asked[key] = berth.Question(question_id, key, run_id, prompt, datetime.now(timezone.utc))
+        self.answers.pop(key, None)
+        return self.asked[key]
+
+    def pending(self, key: str) -> berth.Question | None:
+        return self.asked.get(key)
+
+    def answer(self, key: str) -> berth.Answer | None:
+        return self.answers.get(key)
+
+    def consume(self, key: str, question_id: str) -> bool:
+        if key in self.asked and self.asked[key].id == question_id:
+            del self.asked[key]
+            self.answers.pop(key, None)
+            return True
+        return False
+
+
+def test_a_question_store_of_the_hosts_own(backends: Callable[[], Flaky], clock: FakeClock) -> None:
+    own = OwnQuestions()
+    store = berth.Store(backends(), identity=IDENTITY, sealer=berth.PlaintextSealer(), clock=clock)
+    coordinator = berth.Coordinator(store, own)
+    coordinator.suspend(KEY, make_envelope(), question="")  # empty: the pending call's question is asked
+    asked = own.asked[KEY]
+    assert asked.prompt == "Ship it?"
+    assert coordinator.wake(KEY).decision is REARM
+    own.answers[KEY] = berth.Answer(asked.id, "yes", "alice", clock.now)
+    wake = coordinator.wake(KEY)
+    assert wake.decision is RESUME and wake.answer is not None and wake.answer.text == "yes"
+    assert own.asked == {}

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, Protocol
 from berth._envelope import ENVELOPE_VERSION, Envelope
 from berth._errors import BerthError, ConfigDrift, Expired, InvalidEnvelope, TokenMismatch, where
 from berth._keys import validate_key
-from berth._questions import Answer, Question
+from berth._questions import Answer, Question, QuestionStore
 from berth._store import Store
 from berth._token import Token
 
@@ -92,10 +92,8 @@ class Wake(_WakeFields):
 class QuestionsLike(Protocol):
     """What the coordinator needs of a question store (`berth.QuestionStore` is one)."""
 
-    def ask(
-        self, key: str, prompt: str, *, run_id: str, question_id: str | None = ..., deadline: datetime | None = ...
-    ) -> Question:
-        """Ask a human `prompt` about the run under `key`."""
+    def ask(self, key: str, prompt: str, *, run_id: str, question_id: str) -> Question:
+        """Ask a human `prompt` about the run under `key`, under exactly `question_id`."""
         ...
 
     def pending(self, key: str) -> Question | None:
@@ -173,8 +171,8 @@ class Coordinator:
         Args:
             key: the suspension's name within this identity.
             envelope: the run's state; see docs/coordinator.md for what is checked.
-            question: what to ask; None asks the `question` input of the first pending
-                call that has one, else a sentence naming the run and its reason.
+            question: what to ask; None (or empty) asks the `question` input of the first
+                pending call that has one, else a sentence naming the run and its reason.
 
         Returns:
             The envelope as parked.
@@ -207,10 +205,13 @@ class Coordinator:
             created_at=envelope.created_at or now,
             labels=labels,
         )
-        prompt = question if question is not None else _prompt_for(envelope)
+        prompt = question or _prompt_for(envelope)
+        # berth's own question store keeps the run's deadline, so `QuestionStore.sweep` can retire
+        # the question with its run; a question store of the host's own gets the protocol's four.
+        extra: dict[str, Any] = {"deadline": envelope.deadline} if isinstance(self.questions, QuestionStore) else {}
         self.store.save(key, envelope)
         try:
-            self.questions.ask(key, prompt, run_id=envelope.run_id, question_id=question_id, deadline=envelope.deadline)
+            self.questions.ask(key, prompt, run_id=envelope.run_id, question_id=question_id, **extra)
         except BerthError as exc:
             log.warning(
                 "berth: run %r parked at %s but asking failed (%s): wakes rearm until its deadline",

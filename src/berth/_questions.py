@@ -309,7 +309,7 @@ class QuestionStore:
         record = self._read(self._key(key))
         return None if record is None else record.answer
 
-    def provide(self, key: str, question_id: str, text: str, *, by: str = "unknown") -> Answer:
+    def provide(self, key: str, question_id: str, text: str, by: str = "unknown") -> Answer:
         """Answer the pending question under `key` (the human's side).
 
         The first answer to a question is the one the run resumes with. Repeating
