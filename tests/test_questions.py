@@ -442,3 +442,28 @@ def test_open_questions_by_url(tmp_path: Any) -> None:
         assert "QuestionStore(SqliteBackend" in repr(two)
     with pytest.raises(berth.BerthError, match="unknown store scheme"):
         berth.open_questions("nope://x", identity=IDENTITY)
+
+
+def test_questions_under_a_kms_sealer_name_their_namespace_in_the_wrap_context() -> None:
+    from collections.abc import Mapping
+
+    from berth.backends.memory import MemoryBackend
+    from berth.kms import LocalKms
+
+    contexts: list[dict[str, str]] = []
+
+    class AuditedKms(LocalKms):
+        def wrap(self, data_key: bytes, *, context: Mapping[str, str]) -> Any:
+            contexts.append(dict(context))
+            return super().wrap(data_key, context=context)
+
+    backend = MemoryBackend()
+    sealer = berth.KmsSealer(AuditedKms(berth.Keyring.generate()))
+    questions = berth.QuestionStore(backend, identity=IDENTITY, sealer=sealer)
+    asked = questions.ask("org/repo#42", PROMPT)
+    assert questions.pending("org/repo#42") == asked
+    frame = backend.get(f"{IDENTITY}:questions/org/repo#42")
+    assert frame is not None and SECRET.encode() not in frame[0]
+    # The KMS audit log ties the unwrap to the question namespace, not to the envelope of the same key.
+    assert len(contexts) == 1
+    assert sorted(contexts[0].values()) == sorted([f"{IDENTITY}:questions", "org/repo#42"])
