@@ -20,9 +20,11 @@ reading a header (`substring`) fetches only the first TOAST chunk.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import select
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -32,7 +34,6 @@ import psycopg
 import psycopg.conninfo
 import psycopg.errors
 from psycopg import sql
-from psycopg_pool import ConnectionPool
 
 from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._token import Token
@@ -49,9 +50,9 @@ _INT64_MAX = 2**63 - 1
 _URL_OPTIONS = {
     "schema": str,
     "table": str,
-    "pool_min_size": int,
     "pool_max_size": int,
     "pool_timeout": float,
+    "pool_max_idle": float,
 }
 
 # Each step moves the layout from version i to i + 1; append, never edit.
@@ -75,13 +76,80 @@ def _mapped(what: str, name: str) -> Iterator[None]:
         raise BackendError(f"postgresql backend could not {what} {name!r}: {type(exc).__name__}: {detail}") from exc
 
 
-def _check_idle(conn: psycopg.Connection[Any]) -> None:
-    """Pool check: a round trip only for a connection the server has already written to (closed it)."""
-    if conn.closed or conn.broken:
-        raise psycopg.OperationalError("the connection is closed")
-    readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    if readable:  # an idle connection has nothing to read unless the server ended it
-        ConnectionPool.check_connection(conn)
+class _Pool:
+    """Connections for one backend: at most `max_size` at once, idle ones reused newest first.
+
+    A connection is made in the calling thread when no idle one is alive, so the
+    first call after the server comes back connects at once (no background
+    reconnect schedule to wait out). An idle connection the server has closed
+    (restart, `pg_terminate_backend`) is noticed without a round trip -- its
+    socket is readable -- and dropped before use.
+    """
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], max_size: int, timeout: float, max_idle: float):
+        self._conninfo = conninfo
+        self._kwargs = kwargs
+        self._timeout = timeout
+        self._max_idle = max_idle
+        self._slots = threading.BoundedSemaphore(max_size)
+        self._idle: list[tuple[psycopg.Connection[Any], float]] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pid = os.getpid()
+
+    def _take(self) -> psycopg.Connection[Any] | None:
+        now = time.monotonic()
+        while True:
+            with self._lock:
+                if self._pid != os.getpid():  # forked: the parent's sockets are not ours to use or close
+                    self._idle, self._pid = [], os.getpid()
+                if not self._idle:
+                    return None
+                conn, since = self._idle.pop()
+            if now - since < self._max_idle and not conn.closed and not conn.broken:
+                readable, _, _ = select.select([conn.fileno()], [], [], 0)
+                if not readable:  # an idle connection has nothing to read unless the server ended it
+                    return conn
+            conn.close()
+
+    def _give_back(self, conn: psycopg.Connection[Any]) -> None:
+        reusable = (
+            not conn.closed
+            and not conn.broken
+            and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            and self._pid == os.getpid()
+        )
+        if reusable:
+            with self._lock:
+                if not self._closed:
+                    self._idle.append((conn, time.monotonic()))
+                    return
+        conn.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._closed:
+            raise psycopg.OperationalError("the backend is closed")
+        if not self._slots.acquire(timeout=self._timeout):
+            raise psycopg.OperationalError(f"no free connection within {self._timeout:g} s (pool_timeout)")
+        try:
+            conn = self._take()
+            if conn is None:
+                conn = psycopg.connect(self._conninfo, **self._kwargs)
+            try:
+                yield conn
+            finally:
+                self._give_back(conn)
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        if self._pid == os.getpid():
+            for conn, _ in idle:
+                conn.close()
 
 
 def _upper_bound(prefix: str) -> str | None:
@@ -113,9 +181,9 @@ class PostgresBackend:
         *,
         schema: str = "berth",
         table: str = "frames",
-        pool_min_size: int = 1,
         pool_max_size: int = 10,
         pool_timeout: float = 10.0,
+        pool_max_idle: float = 300.0,
         connect_timeout: int = 10,
         application_name: str = "berth",
         prepare_threshold: int | None = 5,
@@ -125,8 +193,10 @@ class PostgresBackend:
                 raise BerthError(
                     f"postgresql {label} {ident!r} must be 1-48 of A-Z a-z 0-9 _, not starting with a digit"
                 )
-        if pool_min_size < 0 or pool_max_size < max(1, pool_min_size):
-            raise BerthError(f"postgresql pool sizes {pool_min_size}..{pool_max_size} are not a valid range")
+        if pool_max_size < 1 or pool_timeout <= 0:
+            raise BerthError(
+                f"postgresql pool_max_size {pool_max_size} and pool_timeout {pool_timeout} must be positive"
+            )
         self.schema = schema
         self.table = table
         self._lock_id = int.from_bytes(
@@ -142,16 +212,7 @@ class PostgresBackend:
         self._q = self._statements()
         self._ready = False
         self._ready_lock = threading.Lock()
-        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-            conninfo,
-            min_size=pool_min_size,
-            max_size=pool_max_size,
-            timeout=pool_timeout,
-            kwargs=kwargs,
-            check=_check_idle,
-            name=f"berth-{schema}.{table}",
-            open=True,
-        )
+        self._pool = _Pool(conninfo, kwargs, pool_max_size, pool_timeout, pool_max_idle)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresBackend:
@@ -369,7 +430,7 @@ class PostgresBackend:
             yield name, head, Token(int(gen)), int(full)
 
     def close(self) -> None:
-        """Close the pool and its connections."""
+        """Close the idle connections; connections in use close when their call returns."""
         self._pool.close()
 
     def __repr__(self) -> str:
