@@ -612,3 +612,17 @@ def test_a_question_store_of_the_hosts_own(backends: Callable[[], Flaky], clock:
     wake = coordinator.wake(KEY)
     assert wake.decision is RESUME and wake.answer is not None and wake.answer.text == "yes"
     assert own.asked == {}
+
+
+def test_a_hosts_question_store_failing_its_own_way_rearms(backends: Callable[[], Flaky], clock: FakeClock) -> None:
+    class Down(OwnQuestions):
+        def answer(self, key: str) -> berth.Answer | None:
+            raise TimeoutError("the comments API timed out")
+
+    store = berth.Store(backends(), identity=IDENTITY, sealer=berth.PlaintextSealer(), clock=clock)
+    coordinator = berth.Coordinator(store, Down())
+    coordinator.suspend(KEY, make_envelope())
+    wake = coordinator.wake(KEY)
+    assert wake.decision is REARM and isinstance(wake.error, berth.BackendError)
+    assert isinstance(wake.error.__cause__, TimeoutError) and KEY in str(wake.error)
+    assert parked(coordinator) is not None

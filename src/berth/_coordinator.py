@@ -15,12 +15,13 @@ from __future__ import annotations
 import enum
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple, Protocol
 
 from berth._envelope import ENVELOPE_VERSION, Envelope
-from berth._errors import BerthError, ConfigDrift, Expired, InvalidEnvelope, TokenMismatch, where
+from berth._errors import BackendError, BerthError, ConfigDrift, Expired, InvalidEnvelope, TokenMismatch, where
 from berth._keys import validate_key
 from berth._questions import Answer, Question, QuestionStore
 from berth._store import Store
@@ -212,7 +213,7 @@ class Coordinator:
         self.store.save(key, envelope)
         try:
             self.questions.ask(key, prompt, run_id=envelope.run_id, question_id=question_id, **extra)
-        except BerthError as exc:
+        except Exception as exc:
             log.warning(
                 "berth: run %r parked at %s but asking failed (%s): wakes rearm until its deadline",
                 envelope.run_id,
@@ -278,7 +279,8 @@ class Coordinator:
         if dead:
             return self._remove_dead(key, envelope, token, dead)
         try:
-            answer = self.questions.answer(key)
+            with self._question_store(key, "answer lookup"):
+                answer = self.questions.answer(key)
         except BerthError as exc:
             return self._rearm(key, "answer lookup failed", exc)
         if answer is None:
@@ -319,7 +321,8 @@ class Coordinator:
             # Parked without the coordinator: read the question before the delete, so a
             # question asked for a run parked after it is never the one consumed.
             try:
-                pending = self.questions.pending(key)
+                with self._question_store(key, "pending question lookup"):
+                    pending = self.questions.pending(key)
             except BerthError as exc:
                 log.warning("berth: cannot read the question of a dead run at %s: %s", where(self.identity, key), exc)
                 pending = None
@@ -334,6 +337,20 @@ class Coordinator:
         if question_id is not None:
             self._consume(key, question_id)
         return Wake(WakeDecision.FRESH, reason=why)
+
+    @contextmanager
+    def _question_store(self, key: str, what: str) -> Iterator[None]:
+        # berth's question store raises berth errors; a host's own may raise anything.
+        try:
+            yield
+        except BerthError:
+            raise
+        except Exception as exc:
+            raise BackendError(
+                f"{what} failed at {where(self.identity, key)}: {type(exc).__name__}: {exc}",
+                identity=self.identity,
+                key=key,
+            ) from exc
 
     def _consume(self, key: str, question_id: str) -> None:
         try:
