@@ -1,0 +1,349 @@
+"""Server faults on the network backends: connections dropped, the server gone, responses lost.
+
+A loopback `FaultProxy` stands between the backend's client and the real
+server, so the shared server keeps running while its connections die. Two
+kinds of trial:
+
+- a save / load / claim loop over a few keys while a fault thread cuts every
+  connection, takes the "server" down for a moment, or loses the response to
+  whatever request is in flight. Every call must return or raise
+  `BackendError` (nothing else); the parent keeps, per key, the set of values
+  the store may hold (a save or claim that raised may or may not have happened)
+  and every result must be one of them: a claim never returns a run it should
+  not, never returns None while an envelope is surely parked (silently lost),
+  and never hands a run out twice. After recovery every key holds one of its
+  possible values.
+- the exact unknown-outcome case: the conditional delete of a claim reaches
+  the server and is carried out, and the response is lost. The claim must raise
+  `BackendError` -- never return the envelope as a win, never return None -- and
+  a later load shows the envelope gone (docs/reliability.md: how a host resolves it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import secrets
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+import berth
+
+from ._common import Result, Timer, big_envelope
+from ._proxy import FaultProxy
+
+KEYS = [f"fault/{i}" for i in range(8)]
+Unset = object()
+
+
+# --- how to reach each server through a proxy --------------------------------------------
+
+
+class Server:
+    """A network backend under test: its real address and how to open a store through a proxy."""
+
+    def __init__(self, name: str, host: str, port: int, url: Callable[[int], str], options: dict[str, Any]):
+        self.name, self.host, self.port, self._url, self.options = name, host, port, url, options
+
+    def open(self, proxy: FaultProxy, identity: str, sealer: Any) -> berth.Store:
+        """A store whose every connection goes through `proxy`."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # redis' DurabilityWarning: this server runs without AOF on purpose
+            return berth.open_store(self._url(proxy.port), identity=identity, sealer=sealer, **self.options)
+
+
+def postgres_server(dsn: str) -> Server:
+    parts = urlsplit(dsn)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 5432
+    user = f"{parts.username}@" if parts.username else ""
+
+    def url(p: int) -> str:
+        netloc = f"{user}127.0.0.1:{p}"
+        return urlunsplit(
+            parts._replace(netloc=netloc, query="table=reliability_frames&pool_timeout=3&connect_timeout=3")
+        )
+
+    return Server("postgresql", host, port, url, {})
+
+
+def redis_server(redis_url: str) -> Server:
+    parts = urlsplit(redis_url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 6379
+    db = parts.path or "/0"
+    return Server(
+        "redis", host, port, lambda p: f"redis://127.0.0.1:{p}{db}?prefix=reliability:", {"socket_timeout": 5.0}
+    )
+
+
+def s3_server(moto_url: str) -> Server:
+    import boto3
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    bucket = f"reliability-{uuid.uuid4().hex[:16]}"
+    client = boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1")
+    client.create_bucket(Bucket=bucket)
+    client.close()
+    parts = urlsplit(moto_url)
+    return Server(
+        "s3",
+        parts.hostname or "127.0.0.1",
+        parts.port or 80,
+        lambda p: f"s3://{bucket}/faults",
+        {"region_name": "us-east-1", "read_timeout": 5.0, "connect_timeout": 2.0, "_endpoint_port": True},
+    )
+
+
+class _S3Server(Server):
+    def open(self, proxy: FaultProxy, identity: str, sealer: Any) -> berth.Store:
+        options = {k: v for k, v in self.options.items() if not k.startswith("_")}
+        options["endpoint_url"] = f"http://127.0.0.1:{proxy.port}"
+        return berth.open_store(self._url(proxy.port), identity=identity, sealer=sealer, **options)
+
+
+def backend_available(name: str) -> bool:
+    """Whether berth.backends.`name` exists in this tree yet."""
+    return importlib.util.find_spec(f"berth.backends.{name}") is not None
+
+
+# --- the fault loop ----------------------------------------------------------------------
+
+
+class _Faults:
+    """Schedules a fault a few milliseconds into a call, so it lands while the call is on the wire."""
+
+    def __init__(self, proxy: FaultProxy, rng: random.Random, *, rate: float):
+        self.proxy, self.rng, self.rate = proxy, rng, rate
+        self.counts = {"cut": 0, "down": 0, "lost response": 0}
+        self._timers: list[threading.Timer] = []
+
+    def maybe(self) -> None:
+        """With probability `rate`, break the proxy 0-4 ms from now."""
+        if self.rng.random() >= self.rate:
+            return
+        r = self.rng.random()
+        if r < 0.55:
+            kind, action = "cut", self.proxy.cut
+        elif r < 0.8:
+            kind, action = "lost response", self.proxy.lose_next_response
+        else:
+            kind = "down"
+            outage = self.rng.uniform(0.03, 0.15)
+
+            def action() -> None:
+                self.proxy.down()
+                self._later(outage, self.proxy.up)
+
+        self.counts[kind] += 1
+        self._later(self.rng.uniform(0, 0.004), action)
+
+    def _later(self, delay: float, action: Callable[[], Any]) -> None:
+        timer = threading.Timer(delay, action)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            for timer in list(self._timers):
+                timer.join(5)
+            self.proxy.up()
+            self.proxy._lose = None
+
+
+def run_faults(server: Server, *, calls: int, seed: int = 3, rate: float = 0.1, budget: float = 300.0) -> Result:
+    """`calls` save/load/claim calls under random faults; count calls whose outcome breaks the contract."""
+    result = Result("server faults: cut / down / lost response mid save, load, claim", server.name)
+    rng = random.Random(seed)
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    identity = f"faults-{secrets.token_hex(4)}"
+    maybe: dict[str, set[str | None]] = {k: {None} for k in KEYS}  # what each key may hold
+    claimed: set[str] = set()
+    errors = unknown_claims = 0
+    timer = Timer(budget)
+    envelope = big_envelope(size=1500)
+    with FaultProxy(server.host, server.port) as proxy:
+        store = server.open(proxy, identity, sealer)
+        faults = _Faults(proxy, rng, rate=rate)
+        with faults.running():
+            seq = 0
+            while result.trials < calls and timer.left():
+                result.trials += 1
+                key = rng.choice(KEYS)
+                r = rng.random()
+                op = "save" if r < 0.45 else "claim" if r < 0.8 else "load"
+                faults.maybe()
+                try:
+                    if op == "save":
+                        seq += 1
+                        run = f"r{seq}"
+                        try:
+                            store.save(key, envelope.replace(run_id=run))
+                        except berth.BackendError:
+                            maybe[key].add(run)  # it may have landed
+                            raise
+                        maybe[key] = {run}
+                    elif op == "claim":
+                        try:
+                            got = store.claim(key)
+                        except berth.BackendError:
+                            unknown_claims += 1
+                            maybe[key].add(None)  # it may have been deleted: a lost claim, never a win
+                            raise
+                        value = got.run_id if got else None
+                        if value not in maybe[key]:
+                            result.fail(
+                                f"call {result.trials}: claim of {key} gave {value}, store may hold {maybe[key]}"
+                            )
+                        if value is not None:
+                            if value in claimed:
+                                result.fail(f"call {result.trials}: {value} claimed twice")
+                            claimed.add(value)
+                        maybe[key] = {None}
+                    else:
+                        parked = store.load(key)
+                        value = parked.envelope.run_id if parked else None
+                        if value not in maybe[key]:
+                            result.fail(f"call {result.trials}: load of {key} saw {value}, store may hold {maybe[key]}")
+                        maybe[key] = {value}
+                except berth.BackendError:
+                    errors += 1
+                    time.sleep(rng.uniform(0.01, 0.05))  # a host backs off before its next call
+                except Exception as exc:  # noqa: BLE001 - anything but BackendError is a finding
+                    result.fail(f"call {result.trials}: {op} {key} raised {type(exc).__name__}: {exc}")
+        # recovery: the server is reachable again; every key holds one of its possible values
+        deadline = time.monotonic() + 30
+        for key in KEYS:
+            while True:
+                try:
+                    parked = store.load(key)
+                    break
+                except berth.BackendError:
+                    if time.monotonic() > deadline:
+                        result.fail(f"{key} still unreadable 30 s after the faults stopped")
+                        parked = Unset  # type: ignore[assignment]
+                        break
+                    time.sleep(0.1)
+            if parked is Unset:
+                continue
+            value = parked.envelope.run_id if parked else None
+            if value not in maybe[key]:
+                result.fail(f"after recovery {key} holds {value}; acknowledged calls allow only {maybe[key]}")
+            if value is not None:
+                store.claim(key)
+        store.close()
+    result.seconds = timer.elapsed()
+    result.notes.insert(
+        0,
+        f"{result.trials} calls, {errors} raised BackendError ({unknown_claims} claims of unknown outcome); "
+        f"faults: {faults.counts}; {len(claimed)} runs claimed",
+    )
+    return result
+
+
+def run_lost_delete(server: Server, *, trials: int) -> Result:
+    """The conditional delete of a claim is carried out and its response lost: BackendError, every time."""
+    result = Result("server faults: claim whose delete response is lost", server.name)
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    identity = f"lost-{secrets.token_hex(4)}"
+    with FaultProxy(server.host, server.port) as proxy:
+        store = server.open(proxy, identity, sealer)
+        hooked = berth.Store(_LoseDeleteResponse(store.backend, proxy), identity=identity, sealer=sealer)
+        envelope = big_envelope(size=500)
+        for i in range(trials):
+            key = f"lost/{i}"
+            store.save(key, envelope.replace(run_id=f"lost-{i}"))
+            result.trials += 1
+            try:
+                got = hooked.claim(key)
+            except berth.BackendError:
+                got = Unset  # type: ignore[assignment]
+            except Exception as exc:  # noqa: BLE001
+                result.fail(f"claim {i} raised {type(exc).__name__}: {exc}")
+                continue
+            if got is not Unset:
+                result.fail(f"claim {i} returned {'a win' if got else 'None'} though its outcome was unknown")
+                continue
+            after = _load_retrying(store, key)
+            if after is not None:  # the delete did not run: the envelope is still claimable
+                result.fail(f"claim {i}: the delete was sent but {key} is still parked")
+        store.close()
+    return result
+
+
+class _LoseDeleteResponse:
+    """Wraps a real backend: arms the proxy to lose the response of each delete it sends."""
+
+    def __init__(self, inner: Any, proxy: FaultProxy):
+        self.inner, self.proxy = inner, proxy
+
+    def delete(self, name: str, token: berth.Token) -> None:
+        self.proxy.lose_response_to(name.encode())  # the delete's request names the frame
+        self.inner.delete(name, token)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+
+def _load_retrying(store: berth.Store, key: str) -> berth.Parked | None:
+    for _ in range(50):
+        try:
+            return store.load(key)
+        except berth.BackendError:
+            time.sleep(0.1)
+    return store.load(key)
+
+
+# --- tests -------------------------------------------------------------------------------
+
+
+SERVERS = ["postgresql", "redis", "s3"]
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Server:
+    name = request.param
+    module = {"postgresql": "postgres"}.get(name, name)
+    if not backend_available(module):
+        pytest.skip(f"berth.backends.{module} is not in this tree yet")
+    if name == "postgresql":
+        return postgres_server(request.getfixturevalue("postgres_dsn"))
+    if name == "redis":
+        return redis_server(request.getfixturevalue("redis_url"))
+    s3 = s3_server(request.getfixturevalue("moto_url"))
+    return _S3Server(s3.name, s3.host, s3.port, s3._url, s3.options)
+
+
+@pytest.mark.parametrize("server", SERVERS, indirect=True)
+def test_faults_mid_save_load_claim(server: Server) -> None:
+    result = run_faults(server, calls=150, budget=90)
+    notes, result.notes = result.notes, result.notes[1:]
+    result.check()
+    assert "raised BackendError" in notes[0]
+
+
+@pytest.mark.parametrize("server", SERVERS, indirect=True)
+def test_claim_with_lost_delete_response_is_a_backend_error(server: Server) -> None:
+    run_lost_delete(server, trials=5).check()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server", SERVERS, indirect=True)
+def test_faults_long(server: Server) -> None:
+    result = run_faults(server, calls=3000, budget=900)
+    result.notes = result.notes[1:]
+    result.check()
+    run_lost_delete(server, trials=200).check()
