@@ -17,12 +17,14 @@ The memory backend runs the same scenario with threads.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import multiprocessing
 import os
 import secrets
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -216,10 +218,36 @@ def memory_opener(_: Path) -> Opener:
     return lambda: berth.Store(backend, identity="race", sealer=sealer)
 
 
-def url_opener(url: str, identity: str | None = None) -> Opener:
+def url_opener(url: str, identity: str | None = None, **options: Any) -> Opener:
     sealer = berth.AesGcmSealer(berth.Keyring.generate())
     identity = identity or f"race-{secrets.token_hex(4)}"
-    return lambda: berth.open_store(url, identity=identity, sealer=sealer)
+
+    def opener() -> berth.Store:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # redis' DurabilityWarning: the test server runs without AOF
+            return berth.open_store(url, identity=identity, sealer=sealer, **options)
+
+    return opener
+
+
+def network_opener(backend: str, address: str) -> Opener:
+    """A store on a network backend: `address` is the DSN, Redis URL or moto endpoint."""
+    if backend == "postgresql":
+        sep = "&" if "?" in address else "?"
+        return url_opener(f"{address}{sep}table=reliability_frames")
+    if backend == "redis":
+        return url_opener(f"{address}?prefix=reliability:")
+    if backend == "s3":
+        import boto3
+
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+        bucket = f"reliability-{secrets.token_hex(8)}"
+        client = boto3.client("s3", endpoint_url=address, region_name="us-east-1")
+        client.create_bucket(Bucket=bucket)
+        client.close()
+        return url_opener(f"s3://{bucket}/races", endpoint_url=address, region_name="us-east-1")
+    raise ValueError(backend)
 
 
 def local_openers(root: Path) -> dict[str, Opener]:
@@ -252,5 +280,26 @@ def test_races_local_long(backend: str, tmp_path: Path) -> None:
     _check(result)
 
 
-def _cpu_count() -> int:
-    return os.cpu_count() or 1
+NETWORK = {"postgresql": "postgres_dsn", "redis": "redis_url", "s3": "moto_url"}
+
+
+def _network(backend: str, request: pytest.FixtureRequest) -> Opener:
+    module = {"postgresql": "postgres"}.get(backend, backend)
+    if importlib.util.find_spec(f"berth.backends.{module}") is None:
+        pytest.skip(f"berth.backends.{module} is not in this tree yet")
+    return network_opener(backend, request.getfixturevalue(NETWORK[backend]))
+
+
+@pytest.mark.parametrize("backend", list(NETWORK))
+def test_races_network(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    result = run_races(backend, _network(backend, request), tmp_path / "work", keys=100, budget=120)
+    assert result.trials == 100
+    _check(result)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", list(NETWORK))
+def test_races_network_long(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    result = run_races(backend, _network(backend, request), tmp_path / "work", keys=10_000, budget=1800)
+    assert result.trials == 10_000
+    _check(result)
