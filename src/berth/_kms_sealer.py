@@ -80,6 +80,7 @@ class KmsSealer:
                 )
         _check_name(kms.key_id, "KEK name")
         self._kms = kms
+        # Known-answer tests inject fixed values here; nothing else may.
         self._nonce: Callable[[], bytes] = lambda: os.urandom(_NONCE)
         self._data_key: Callable[[], bytes] = lambda: AESGCM.generate_key(bit_length=256)
 
