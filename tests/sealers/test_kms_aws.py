@@ -113,13 +113,26 @@ def test_a_recorded_key_arn_that_cannot_be_this_kek_is_refused_without_a_call(aw
 def test_a_changed_ciphertext_blob_is_integrity_error(aws_key: str, aws_env: str) -> None:
     kms = _kms(aws_key, aws_env)
     wrapped = kms.wrap(b"k" * 32, context=CTX_A)
+    calls = count_aws_calls(kms.client)
     # Every position: moto's blob starts with the key id, so early flips make moto answer
-    # AccessDenied (a key that does not exist) -- still a frame that cannot be opened.
+    # AccessDenied (a key that does not exist). The key berth asked for is enabled, so the
+    # refusal was about this ciphertext: still a frame that cannot be opened.
     for pos in range(0, len(wrapped.ciphertext), 5):
         blob = bytearray(wrapped.ciphertext)
         blob[pos] ^= 0x01
         with pytest.raises(berth.IntegrityError):
             kms.unwrap(Wrapped(wrapped.key_id, wrapped.version, bytes(blob)), context=CTX_A)
+    assert calls["DescribeKey"] >= 1, "the AccessDenied path was exercised"
+
+
+def test_access_denied_for_a_disabled_key_is_backend_error(aws_key: str, kms_admin: Any, aws_env: str) -> None:
+    kms = _kms(aws_key, aws_env)
+    wrapped = kms.wrap(b"k" * 32, context=CTX_A)
+    kms_admin.disable_key(KeyId=aws_key.rsplit("/", 1)[1])
+    blob = bytearray(wrapped.ciphertext)
+    blob[0] ^= 0x01  # moto: AccessDenied; and the key itself is disabled, so KMS refuses us
+    with pytest.raises(berth.BackendError, match="AccessDeniedException"):
+        kms.unwrap(Wrapped(wrapped.key_id, wrapped.version, bytes(blob)), context=CTX_A)
 
 
 def _closed_port() -> int:
