@@ -11,6 +11,7 @@ import re
 import unicodedata
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -23,7 +24,7 @@ from berth._frame import MAGIC, build_aad
 from berth._keys import validate_identity, validate_key
 from berth.backends.memory import MemoryBackend
 
-from ._common import Result, big_envelope, make_sealer
+from ._common import Result, Timer, big_envelope, make_sealer
 
 IDENTITY = "fz"
 KEY = "fuzz/key"
@@ -449,7 +450,9 @@ def build(name: str, n: int, root: str) -> tuple[Callable[[], None], list[int]]:
 def run_fuzz(total: int, root: str) -> list[Result]:
     """Run every property with `total` examples in all; one Result per property."""
     results = []
+    Path(root).mkdir(parents=True, exist_ok=True)
     for name, share in SHARES.items():
+        timer = Timer(0)
         prop, count = build(name, max(1, int(total * share)), f"{root}/{len(results)}")
         result = Result(f"fuzz: {name}", "memory+file")
         try:
@@ -457,6 +460,7 @@ def run_fuzz(total: int, root: str) -> list[Result]:
         except Exception as exc:  # noqa: BLE001 - hypothesis re-raises the shrunk falsifying example
             result.fail(f"{type(exc).__name__}: {str(exc)[:600]}")
         result.trials = count[0]
+        result.seconds = timer.elapsed()
         results.append(result)
     return results
 

