@@ -225,3 +225,10 @@ def test_sigkill_mid_save_load_claim_long(kind: str, tmp_path: Path) -> None:
     result = run_crash(kind, tmp_path, kills=250, budget=900)
     assert result.trials == 250
     _check(result)
+
+
+def test_a_torn_last_line_is_not_acknowledged() -> None:
+    log = b"R\nB save run/1 s1\nA save run/1 s1\nB claim run/1 -\nA claim run/1 s"
+    acked, in_flight = _parse(log)
+    assert acked == [("save", "run/1", "s1")]
+    assert in_flight == ("claim", "run/1", "-")

@@ -254,7 +254,7 @@ def run_faults(server: Server, *, calls: int, seed: int = 3, rate: float = 0.1, 
     return result
 
 
-def run_lost_delete(server: Server, *, trials: int) -> Result:
+def run_lost_delete(server: Server, *, trials: int, wrap: Callable[[Any], Any] | None = None) -> Result:
     """The conditional delete of a claim is carried out and its response lost: BackendError, every time."""
     result = Result("server faults: claim whose delete response is lost", server.name)
     timer = Timer(0)
@@ -262,7 +262,8 @@ def run_lost_delete(server: Server, *, trials: int) -> Result:
     identity = f"lost-{secrets.token_hex(4)}"
     with FaultProxy(server.host, server.port) as proxy:
         store = server.open(proxy, identity, sealer)
-        hooked = berth.Store(_LoseDeleteResponse(store.backend, proxy), identity=identity, sealer=sealer)
+        backend = _LoseDeleteResponse(wrap(store.backend) if wrap else store.backend, proxy)
+        hooked = berth.Store(backend, identity=identity, sealer=sealer)
         envelope = big_envelope(size=500)
         for i in range(trials):
             key = f"lost/{i}"
@@ -343,6 +344,29 @@ def test_claim_with_lost_delete_response_is_a_backend_error(server: Server) -> N
     result = run_lost_delete(server, trials=5)
     result.notes = result.notes[1:]
     result.check()
+
+
+class _RetriedDelete:
+    """What a naive retry does: the lost response becomes a retried delete that finds nothing."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def delete(self, name: str, token: berth.Token) -> None:
+        try:
+            self.inner.delete(name, token)
+        except berth.BackendError:
+            self.inner.delete(name, token)  # raises TokenMismatch: the first attempt had deleted it
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+
+@pytest.mark.parametrize("server", ["postgresql"], indirect=True)
+def test_the_lost_delete_trial_catches_a_retry_that_hides_the_outcome(server: Server) -> None:
+    result = run_lost_delete(server, trials=3, wrap=_RetriedDelete)
+    assert result.failures == 3
+    assert all("returned None" in n for n in result.notes[1:4])
 
 
 @pytest.mark.slow

@@ -306,3 +306,26 @@ def test_races_network_long(backend: str, request: pytest.FixtureRequest, tmp_pa
     result = run_races(backend, _network(backend, request), tmp_path / "work", keys=10_000, budget=1800)
     assert result.trials == 10_000
     _check(result)
+
+
+def test_the_race_accounting_catches_a_claim_that_is_not_conditional(tmp_path: Path) -> None:
+    """The checker has teeth: a backend whose delete ignores the token hands runs out twice."""
+    from berth.backends.memory import MemoryBackend
+
+    class Unconditional(MemoryBackend):
+        def get(self, name: str) -> tuple[bytes, berth.Token] | None:
+            found = super().get(name)
+            time.sleep(0.0005)  # widen the window between load and delete
+            return found
+
+        def delete(self, name: str, token: berth.Token) -> None:
+            with self._lock:
+                self._data.pop(name, None)
+
+    backend = Unconditional()
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    result = run_races(
+        "broken", lambda: berth.Store(backend, identity="race", sealer=sealer), tmp_path, keys=60, processes=False
+    )
+    assert result.failures > 0
+    assert any("claimed 2 times" in n or "claimed 3 times" in n for n in result.notes)
