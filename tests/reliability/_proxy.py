@@ -27,7 +27,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._accepting = True
         self._closed = False
-        self._lose: bytes | None = None
+        self._lose: tuple[bytes, ...] | None = None
         self._doomed: set[tuple[socket.socket, socket.socket]] = set()
         self.lost_responses = 0
         self.cuts = 0
@@ -55,17 +55,17 @@ class FaultProxy:
         """The server is back."""
         self._accepting = True
 
-    def lose_response_to(self, pattern: bytes) -> None:
-        """The response to the next request holding `pattern` is dropped and its connection cut.
+    def lose_response_to(self, *patterns: bytes) -> None:
+        """The response to the next request holding one of `patterns` is dropped and its connection cut.
 
         The request reaches the server and is carried out; the client never
         learns the outcome -- the "delete was sent, then the connection died" case.
         """
-        self._lose = pattern
+        self._lose = patterns
 
     def lose_next_response(self) -> None:
         """The response to the next request on any connection is dropped and its connection cut."""
-        self._lose = b""
+        self._lose = (b"",)
 
     def close(self) -> None:
         """Stop the proxy and close everything."""
@@ -116,7 +116,8 @@ class FaultProxy:
                     data = src.recv(65536)
                     if not data:
                         return
-                    if src is client and self._lose is not None and self._lose in data:
+                    lose = self._lose
+                    if src is client and lose is not None and any(p in data for p in lose):
                         self._lose = None
                         self._doomed.add(pair)
                     elif src is upstream and pair in self._doomed:

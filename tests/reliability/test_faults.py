@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import pytest
 
@@ -109,6 +109,27 @@ class _S3Server(Server):
         options = {k: v for k, v in self.options.items() if not k.startswith("_")}
         options["endpoint_url"] = f"http://127.0.0.1:{proxy.port}"
         return berth.open_store(self._url(proxy.port), identity=identity, sealer=sealer, **options)
+
+
+class _GcsServer(Server):
+    def open(self, proxy: FaultProxy, identity: str, sealer: Any) -> berth.Store:
+        options = dict(self.options)
+        options["endpoint"] = f"http://127.0.0.1:{proxy.port}"
+        return berth.open_store(self._url(proxy.port), identity=identity, sealer=sealer, **options)
+
+
+def gcs_server(fake: Any) -> Server:
+    """A server on the in-process Cloud Storage fake (`tests.fakes.gcs.FakeGcs`, already started)."""
+    bucket = f"reliability-{uuid.uuid4().hex[:16]}"
+    fake.create_bucket(bucket)
+    parts = urlsplit(fake.url)
+    return _GcsServer(
+        "gcs",
+        parts.hostname or "127.0.0.1",
+        parts.port or 80,
+        lambda p: f"gs://{bucket}/faults",
+        {"timeout": 5.0, "retry_timeout": 5.0},
+    )
 
 
 def backend_available(name: str) -> bool:
@@ -283,6 +304,8 @@ def run_lost_delete(server: Server, *, trials: int, wrap: Callable[[Any], Any] |
             if after is not None:  # the delete did not run: the envelope is still claimable
                 result.fail(f"claim {i}: the delete was sent but {key} is still parked")
         store.close()
+        if proxy.lost_responses < trials:
+            result.fail(f"only {proxy.lost_responses} of {trials} delete responses were lost: the trial did not bite")
     result.seconds = timer.elapsed()
     result.notes.insert(0, f"{proxy.lost_responses} delete responses lost; every claim raised BackendError")
     return result
@@ -295,7 +318,8 @@ class _LoseDeleteResponse:
         self.inner, self.proxy = inner, proxy
 
     def delete(self, name: str, token: berth.Token) -> None:
-        self.proxy.lose_response_to(name.encode())  # the delete's request names the frame
+        # the delete's request names the frame, plainly (SQL, RESP, an S3 path) or quoted (a GCS path)
+        self.proxy.lose_response_to(name.encode(), quote(name, safe="").encode())
         self.inner.delete(name, token)
 
     def __getattr__(self, attr: str) -> Any:
@@ -314,7 +338,18 @@ def _load_retrying(store: berth.Store, key: str) -> berth.Parked | None:
 # --- tests -------------------------------------------------------------------------------
 
 
-SERVERS = ["postgresql", "redis", "s3"]
+SERVERS = ["postgresql", "redis", "s3", "gcs"]
+
+
+@pytest.fixture(scope="module")
+def fake_gcs() -> Iterator[Any]:
+    """The in-process Cloud Storage fake (it honours the preconditions fake-gcs-server ignores)."""
+    if importlib.util.find_spec("tests.fakes.gcs") is None:
+        pytest.skip("tests/fakes/gcs.py is not in this tree yet")
+    from tests.fakes.gcs import FakeGcs
+
+    with FakeGcs() as fake:
+        yield fake
 
 
 @pytest.fixture
@@ -327,6 +362,8 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Server:
         return postgres_server(request.getfixturevalue("postgres_dsn"))
     if name == "redis":
         return redis_server(request.getfixturevalue("redis_url"))
+    if name == "gcs":
+        return gcs_server(request.getfixturevalue("fake_gcs"))
     s3 = s3_server(request.getfixturevalue("moto_url"))
     return _S3Server(s3.name, s3.host, s3.port, s3._url, s3.options)
 

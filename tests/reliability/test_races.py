@@ -26,7 +26,7 @@ import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -252,6 +252,13 @@ def network_opener(backend: str, address: str) -> Opener:
     raise ValueError(backend)
 
 
+def gcs_opener(fake: Any) -> Opener:
+    """A store on the in-process Cloud Storage fake (`tests.fakes.gcs.FakeGcs`, already started)."""
+    bucket = f"reliability-{secrets.token_hex(8)}"
+    fake.create_bucket(bucket)
+    return url_opener(f"gs://{bucket}/races", endpoint=fake.url)
+
+
 def local_openers(root: Path) -> dict[str, Opener]:
     root.mkdir(parents=True, exist_ok=True)
     return {
@@ -283,13 +290,26 @@ def test_races_local_long(backend: str, tmp_path: Path) -> None:
     _check(result)
 
 
-NETWORK = {"postgresql": "postgres_dsn", "redis": "redis_url", "s3": "moto_url"}
+NETWORK = {"postgresql": "postgres_dsn", "redis": "redis_url", "s3": "moto_url", "gcs": "fake_gcs"}
+
+
+@pytest.fixture(scope="module")
+def fake_gcs() -> Iterator[Any]:
+    """The in-process Cloud Storage fake (it honours the preconditions fake-gcs-server ignores)."""
+    if importlib.util.find_spec("tests.fakes.gcs") is None:
+        pytest.skip("tests/fakes/gcs.py is not in this tree yet")
+    from tests.fakes.gcs import FakeGcs
+
+    with FakeGcs() as fake:
+        yield fake
 
 
 def _network(backend: str, request: pytest.FixtureRequest) -> Opener:
     module = {"postgresql": "postgres"}.get(backend, backend)
     if importlib.util.find_spec(f"berth.backends.{module}") is None:
         pytest.skip(f"berth.backends.{module} is not in this tree yet")
+    if backend == "gcs":
+        return gcs_opener(request.getfixturevalue("fake_gcs"))
     return network_opener(backend, request.getfixturevalue(NETWORK[backend]))
 
 
