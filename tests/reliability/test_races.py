@@ -315,8 +315,9 @@ def _network(backend: str, request: pytest.FixtureRequest) -> Opener:
 
 @pytest.mark.parametrize("backend", list(NETWORK))
 def test_races_network(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    result = run_races(backend, _network(backend, request), tmp_path / "work", keys=100, budget=120)
-    assert result.trials == 100
+    keys = 40 if backend == "gcs" else 100  # the GCS fake serves every process from this one
+    result = run_races(backend, _network(backend, request), tmp_path / "work", keys=keys, budget=120)
+    assert result.trials == keys
     _check(result)
 
 
