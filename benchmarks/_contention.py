@@ -1,0 +1,158 @@
+"""Workload 6: 4 processes race to claim the same 1,000 keys, on SQLite and PostgreSQL.
+
+Every process walks the keys in the same order (the worst case: every claim is
+contended) and records which keys it won and how long each claim took. The
+parent checks that every key was won exactly once. berth (`store.claim`)
+alternates with its floor (SELECT, then DELETE ... AND gen=?) trial by trial.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+WORKER = str(Path(__file__).resolve().with_name("_worker.py"))
+PROCESSES = 4
+
+
+def _keys(count: int) -> list[str]:
+    return [f"org/repo/pr#{i}" for i in range(count)]
+
+
+def _where(backend: str, ctx: dict[str, Any], role: str, trial: int) -> str:
+    if backend == "sqlite":
+        return f"{ctx['dir']}/contention-{role}-{trial}.db"
+    return f"bench_race_{role}_{trial}"
+
+
+def park(backend: str, ctx: dict[str, Any], role: str, trial: int, count: int) -> None:
+    """Park `count` small envelopes (berth) or rows (floor) to race for."""
+    from _cycle import sealer
+    from _floors import PostgresFloor, SqliteFloor
+
+    import berth
+
+    where = _where(backend, ctx, role, trial)
+    state = {"messages": [{"role": "user", "content": "approve?"}]}
+    if role == "berth":
+        url = f"sqlite://{where}" if backend == "sqlite" else f"{ctx['postgres']}?schema={where}"
+        with berth.open_store(url, identity="bench", sealer=sealer()) as store:
+            for key in _keys(count):
+                store.save(key, berth.Envelope(provider_state=state, run_id="run-1"))
+        return
+    floor = SqliteFloor(where) if backend == "sqlite" else PostgresFloor(ctx["postgres"], table=where)
+    for key in _keys(count):
+        floor.save("bench/" + key, state)
+    floor.close()
+
+
+def claimer_job(args: dict[str, Any]) -> dict[str, Any]:
+    """In a worker: wait for the common start, then claim every key once."""
+    from _cycle import sealer
+    from _floors import Conflict, PostgresFloor, SqliteFloor
+
+    import berth
+
+    backend, role, where, ctx = args["backend"], args["role"], args["where"], args["ctx"]
+    keys = _keys(args["count"])
+    if role == "berth":
+        url = f"sqlite://{where}" if backend == "sqlite" else f"{ctx['postgres']}?schema={where}"
+        store = berth.open_store(url, identity="bench", sealer=sealer())
+        store.load("warm/up")
+
+        def claim(key: str) -> bool:
+            return store.claim(key) is not None
+
+        close = store.close
+    else:
+        floor = SqliteFloor(where) if backend == "sqlite" else PostgresFloor(ctx["postgres"], table=where)
+        floor.load("warm/up")
+
+        def claim(key: str) -> bool:
+            found = floor.load("bench/" + key)
+            if found is None:
+                return False
+            try:
+                floor.delete("bench/" + key, found[1])
+            except Conflict:
+                return False
+            return True
+
+        close = floor.close
+    while time.time() < args["start_at"]:
+        time.sleep(0.001)
+    won, latencies = [], []
+    t0 = time.perf_counter()
+    for key in keys:
+        c0 = time.perf_counter()
+        if claim(key):
+            won.append(key)
+        latencies.append(time.perf_counter() - c0)
+    wall = time.perf_counter() - t0
+    close()
+    return {"won": won, "latencies": latencies, "wall": wall}
+
+
+def race(backend: str, ctx: dict[str, Any], role: str, trial: int, count: int) -> dict[str, Any]:
+    """One race: park, start 4 claimers together, check exactly one winner per key."""
+    park(backend, ctx, role, trial, count)
+    start_at = time.time() + 2.0  # after every interpreter has started and connected
+    base = {
+        "backend": backend,
+        "role": role,
+        "where": _where(backend, ctx, role, trial),
+        "ctx": ctx,
+        "count": count,
+        "start_at": start_at,
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, WORKER, "claimer", json.dumps(base)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(PROCESSES)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=900)
+        line = next((ln[7:] for ln in out.splitlines() if ln.startswith("RESULT ")), None)
+        if proc.returncode != 0 or line is None:
+            raise RuntimeError(f"claimer failed ({backend}/{role}): {err.strip()[-800:]}")
+        results.append(json.loads(line))
+    winners: dict[str, int] = {}
+    for r in results:
+        for key in r["won"]:
+            winners[key] = winners.get(key, 0) + 1
+    exactly_once = len(winners) == count and all(v == 1 for v in winners.values())
+    latencies = sorted(x for r in results for x in r["latencies"])
+    wall = max(r["wall"] for r in results)
+    return {
+        "claims_per_s": count / wall,
+        "attempts_per_s": count * PROCESSES / wall,
+        "exactly_once": exactly_once,
+        "won": sum(winners.values()),
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+        "max_ms": latencies[-1] * 1000,
+        "wall": wall,
+    }
+
+
+def run(backends: list[str], ctx: dict[str, Any], trials: int, count: int = 1000) -> dict[str, Any]:
+    """Alternate berth and floor races, `trials` of each per backend."""
+    out: dict[str, Any] = {}
+    for backend in backends:
+        rows: dict[str, list[dict[str, Any]]] = {"berth": [], "floor": []}
+        for trial in range(trials):
+            order = ("berth", "floor") if trial % 2 == 0 else ("floor", "berth")
+            for role in order:
+                rows[role].append(race(backend, ctx, role, trial, count))
+        out[backend] = rows
+    return out

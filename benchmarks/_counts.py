@@ -1,0 +1,164 @@
+"""Durable writes and round trips per cycle: berth next to its floor, counted rather than timed.
+
+- fsyncs (fsync + fdatasync) and socket sends (sendto + sendmsg): `strace -f -c`
+  on a fresh process that runs N cycles, minus one that runs 0 (setup cancels);
+- SQLite statements: the connection's trace callback;
+- PostgreSQL commits and rows written: `pg_stat_database` of the suite's own database;
+- Redis commands: `INFO commandstats` of the suite's private server;
+- S3 and GCS requests: every urllib3 request the client library sends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import chat_messages
+
+WORKER = str(Path(__file__).resolve().with_name("_worker.py"))
+ROLES = {"berth": "berth sealed", "floor": "floor (raw client)", "peer": "LangGraph unencrypted"}
+
+
+def _variant(backend: str, role: str, ctx: dict[str, Any]) -> Any:
+    from _cycle import (
+        berth_url,
+        berth_variant,
+        floor_variant,
+        langgraph_postgres_variants,
+        langgraph_sqlite_variants,
+        make_floor,
+    )
+
+    messages = chat_messages()
+    tag = "count"
+    if role == "berth":
+        url, options = berth_url(backend, ctx, tag)
+        return berth_variant(url, messages, **options)
+    if role == "floor":
+        return floor_variant(make_floor(backend, ctx, tag), messages)
+    if backend == "sqlite":
+        return langgraph_sqlite_variants(f"{ctx['dir']}/{tag}.db", messages, only=ROLES["peer"])[0]
+    return langgraph_postgres_variants(ctx["postgres"], messages, only=ROLES["peer"])[0]
+
+
+def count_job(args: dict[str, Any]) -> dict[str, Any]:
+    """In the worker: run `n` cycles after 3 warm-up ones, counting what the client can see."""
+    backend, role, n = args["backend"], args["role"], args["n"]
+    variant = _variant(backend, role, args["ctx"])
+    for _ in range(3):
+        variant.op()
+    counters: dict[str, int] = {}
+    if backend == "sqlite":
+        handle = variant.handle
+        conn = handle.backend._conn() if role == "berth" else handle.conn
+        statements = [0]
+
+        def trace(sql: str) -> None:
+            statements[0] += 1
+
+        conn.set_trace_callback(trace)
+    if backend in ("s3", "gcs"):
+        import urllib3.connectionpool
+
+        requests = [0]
+        original = urllib3.connectionpool.HTTPConnectionPool.urlopen
+
+        def urlopen(self: Any, *a: Any, **k: Any) -> Any:
+            requests[0] += 1
+            return original(self, *a, **k)
+
+        urllib3.connectionpool.HTTPConnectionPool.urlopen = urlopen  # type: ignore[method-assign]
+    for _ in range(n):
+        variant.op()
+    if backend == "sqlite":
+        conn.set_trace_callback(None)
+        counters["statements"] = statements[0]
+    if backend in ("s3", "gcs"):
+        counters["requests"] = requests[0]
+    if variant.teardown:
+        variant.teardown()
+    return counters
+
+
+def _strace_counts(path: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in Path(path).read_text().splitlines():
+        m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$", line)
+        if m:
+            out[m.group(2)] = int(m.group(1))
+    return out
+
+
+def _server_counters(backend: str, ctx: dict[str, Any]) -> dict[str, int]:
+    if backend == "postgres":
+        import psycopg
+
+        time.sleep(1.2)  # backends flush their statistics at most once a second, and at exit
+        with psycopg.connect(ctx["postgres"], autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute(
+                "SELECT xact_commit, tup_inserted + tup_updated + tup_deleted FROM pg_stat_database "
+                "WHERE datname = current_database()"
+            ).fetchone()
+        assert row is not None
+        return {"commits": int(row[0]), "rows written": int(row[1])}
+    if backend == "redis":
+        import redis
+
+        client = redis.Redis.from_url(ctx["redis"])
+        stats = client.info("commandstats")
+        client.close()
+        return {"commands": sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")}
+    return {}
+
+
+def _run(backend: str, role: str, n: int, ctx: dict[str, Any], strace: str | None) -> dict[str, int]:
+    before = _server_counters(backend, ctx)
+    args = json.dumps({"backend": backend, "role": role, "n": n, "ctx": ctx})
+    cmd = [sys.executable, WORKER, "count", args]
+    trace_file = None
+    if strace:
+        fd, trace_file = tempfile.mkstemp(prefix="berth-bench-strace-")
+        os.close(fd)
+        cmd = [strace, "-f", "-c", "-e", "trace=fsync,fdatasync,sendto,sendmsg", "-o", trace_file, *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
+    result = next((ln[7:] for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if proc.returncode != 0 or result is None:
+        raise RuntimeError(f"count worker failed for {backend}/{role}: {proc.stderr.strip()[-800:]}")
+    counters: dict[str, int] = json.loads(result)
+    if trace_file:
+        sys_counts = _strace_counts(trace_file)
+        os.unlink(trace_file)
+        counters["fsyncs"] = sys_counts.get("fsync", 0) + sys_counts.get("fdatasync", 0)
+        counters["socket sends"] = sys_counts.get("sendto", 0) + sys_counts.get("sendmsg", 0)
+    after = _server_counters(backend, ctx)
+    for k, v in after.items():
+        counters[k] = v - before[k]
+    return counters
+
+
+def count(backend: str, role: str, ctx: dict[str, Any], n: int = 40) -> dict[str, float]:
+    """Per-cycle counts for one contender: a run of `n` cycles minus a run of none."""
+    strace = shutil.which("strace")
+    _run(backend, role, 0, ctx, None)  # creates tables, schemas, files: setup the next two runs share
+    base = _run(backend, role, 0, ctx, strace)
+    full = _run(backend, role, n, ctx, strace)
+    out: dict[str, float] = {}
+    for k, v in full.items():
+        if k in ("statements", "requests"):
+            out[k] = v / n  # counted around the cycles only
+        else:
+            out[k] = (v - base.get(k, 0)) / n
+    if backend not in ("file", "sqlite"):
+        out.pop("fsyncs", None)  # the server's disk, not this process, does the durable write
+    if backend in ("file", "sqlite", "") or not strace:
+        out.pop("socket sends", None)
+    return out

