@@ -49,7 +49,7 @@ from tests.reliability._common import Result, sealer_names  # noqa: E402
 
 DOC = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- reliability:begin -->", "<!-- reliability:end -->"
-SCENARIOS = ["tamper", "fuzz", "leaks", "crash", "races", "faults"]
+SCENARIOS = ["tamper", "fuzz", "leaks", "crash", "races", "faults", "server-crash"]
 NETWORK = ["postgresql", "redis", "s3", "gcs"]
 
 TITLES = {
@@ -59,9 +59,10 @@ TITLES = {
     "crash": "crash: SIGKILL mid save/load/claim",
     "races": "races: claimers x re-saver x sweeper",
     "faults": "server faults: cut / down / lost response mid save, load, claim",
+    "server-crash": "server crash: SIGKILL + restart mid save, load, claim",
 }
-LONG = {"fuzz": 110_000, "leaks": 20, "crash": 250, "races": 10_000, "faults": 3000, "lost": 200}
-QUICK = {"fuzz": 420, "leaks": 1, "crash": 20, "races": 150, "faults": 150, "lost": 5}
+LONG = {"fuzz": 110_000, "leaks": 20, "crash": 250, "races": 10_000, "faults": 3000, "lost": 200, "server-crash": 3000}
+QUICK = {"fuzz": 420, "leaks": 1, "crash": 20, "races": 150, "faults": 150, "lost": 5, "server-crash": 120}
 
 
 # --- servers -------------------------------------------------------------------------------
@@ -206,6 +207,23 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
                     test_faults.run_lost_delete(s, trials=n["lost"]),
                 ],
             )
+    if "server-crash" in args.only:
+        for backend, cls in (("postgresql", test_faults.PrivatePostgres), ("redis", test_faults.PrivateRedis)):
+            if backend not in args.backends:
+                continue
+            if not cls.available() or not _backend_present(backend):
+                yield "server-crash", backend, lambda: None
+                continue
+            yield "server-crash", backend, lambda c=cls: _server_crash(c, n["server-crash"])
+
+
+def _server_crash(cls: type[test_faults.PrivateServer], calls: int) -> Result:
+    server = cls(Path(tempfile.mkdtemp(prefix="berth-reliability-")))
+    server.start()
+    try:
+        return test_faults.run_faults(server.server(), calls=calls, rate=0.03, crashes=server, budget=1800)
+    finally:
+        server.close()
 
 
 def _fault_server(backend: str, address: Any) -> test_faults.Server:

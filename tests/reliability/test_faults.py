@@ -21,10 +21,17 @@ kinds of trial:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import pwd
 import random
 import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -40,7 +47,7 @@ import pytest
 import berth
 
 from ._common import Result, Timer, big_envelope
-from ._proxy import FaultProxy
+from ._proxy import FaultProxy, wait_port
 
 KEYS = [f"fault/{i}" for i in range(8)]
 Unset = object()
@@ -137,6 +144,182 @@ def backend_available(name: str) -> bool:
     return importlib.util.find_spec(f"berth.backends.{name}") is not None
 
 
+# --- private servers that can be killed ---------------------------------------------------
+
+
+class PrivateServer:
+    """A server process of our own, on a free loopback port, that a trial may SIGKILL and restart."""
+
+    name = ""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.port = _free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.lock = threading.Lock()
+
+    def command(self) -> tuple[list[str], dict[str, Any]]:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Start (or restart) the server and wait until it accepts connections."""
+        cmd, kwargs = self.command()
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, **kwargs
+        )
+        if not wait_port("127.0.0.1", self.port, timeout=30):
+            raise RuntimeError(f"private {self.name} did not start on port {self.port}")
+
+    def kill(self) -> None:
+        """SIGKILL the server and every process of its session: a crash, not a shutdown."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+            self.proc = None
+            time.sleep(0.05)
+
+    def crash_and_restart(self, outage: float) -> None:
+        with self.lock:
+            self.kill()
+            time.sleep(outage)
+            self.start()
+
+    def server(self) -> Server:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.kill()
+
+
+class PrivateRedis(PrivateServer):
+    """redis-server with an append-only file fsynced on every write (appendfsync always)."""
+
+    name = "redis"
+
+    @staticmethod
+    def available() -> bool:
+        return shutil.which("redis-server") is not None
+
+    def command(self) -> tuple[list[str], dict[str, Any]]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return [
+            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.root),
+            "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "yes",
+        ], {}  # fmt: skip
+
+    def server(self) -> Server:
+        return Server(
+            "redis (private, AOF always)",
+            "127.0.0.1",
+            self.port,
+            lambda p: f"redis://127.0.0.1:{p}/0?prefix=crash:",
+            {"socket_timeout": 5.0},
+        )
+
+
+class PrivatePostgres(PrivateServer):
+    """A PostgreSQL cluster of our own (initdb in a temporary directory), fsync on."""
+
+    name = "postgresql"
+
+    @staticmethod
+    def bindir() -> Path | None:
+        found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+        return found[-1].parent if found else None
+
+    @classmethod
+    def available(cls) -> bool:
+        if cls.bindir() is None:
+            return False
+        if os.geteuid() != 0:
+            return True
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            return False
+        return True
+
+    def __init__(self, root: Path):
+        # a directory of its own under /tmp: the server runs as `postgres`, who cannot enter pytest's tmp_path
+        super().__init__(Path(tempfile.mkdtemp(prefix="berth-reliability-pg-")))
+
+    def _as_postgres(self) -> dict[str, Any]:
+        if os.geteuid() != 0:
+            return {"cwd": str(self.root)}
+        pw = pwd.getpwnam("postgres")
+        return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": [], "cwd": str(self.root)}
+
+    def close(self) -> None:
+        super().close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def command(self) -> tuple[list[str], dict[str, Any]]:
+        bindir = self.bindir()
+        assert bindir is not None
+        data = self.root / "data"
+        if not data.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            if os.geteuid() == 0:
+                pw = pwd.getpwnam("postgres")
+                os.chown(self.root, pw.pw_uid, pw.pw_gid)
+            subprocess.run(
+                [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"],
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **self._as_postgres(),
+            )  # fmt: skip
+        return [
+            str(bindir / "postgres"), "-D", str(data), "-p", str(self.port), "-k", str(self.root),
+            "-c", "listen_addresses=127.0.0.1", "-c", "fsync=on", "-c", "synchronous_commit=on",
+            "-c", "shared_buffers=16MB", "-c", "max_connections=40",
+        ], self._as_postgres()  # fmt: skip
+
+    def server(self) -> Server:
+        return Server(
+            "postgresql (private)",
+            "127.0.0.1",
+            self.port,
+            lambda p: f"postgresql://postgres@127.0.0.1:{p}/postgres?pool_timeout=3&connect_timeout=3",
+            {},
+        )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Crashes:
+    """Schedules a SIGKILL of the private server (then a restart) a few milliseconds into a call."""
+
+    def __init__(self, server: PrivateServer, rng: random.Random, *, rate: float):
+        self.server, self.rng, self.rate = server, rng, rate
+        self.counts = {"crash": 0}
+        self._threads: list[threading.Thread] = []
+
+    def maybe(self) -> None:
+        if self.rng.random() >= self.rate or self.server.lock.locked():
+            return
+        self.counts["crash"] += 1
+        delay, outage = self.rng.uniform(0, 0.004), self.rng.uniform(0.05, 0.3)
+
+        def crash() -> None:
+            time.sleep(delay)
+            self.server.crash_and_restart(outage)
+
+        thread = threading.Thread(target=crash, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            for thread in self._threads:
+                thread.join(60)
+
+
 # --- the fault loop ----------------------------------------------------------------------
 
 
@@ -185,9 +368,21 @@ class _Faults:
             self.proxy._lose = None
 
 
-def run_faults(server: Server, *, calls: int, seed: int = 3, rate: float = 0.1, budget: float = 300.0) -> Result:
-    """`calls` save/load/claim calls under random faults; count calls whose outcome breaks the contract."""
-    result = Result("server faults: cut / down / lost response mid save, load, claim", server.name)
+def run_faults(
+    server: Server,
+    *,
+    calls: int,
+    seed: int = 3,
+    rate: float = 0.1,
+    budget: float = 300.0,
+    crashes: PrivateServer | None = None,
+) -> Result:
+    """`calls` save/load/claim calls under random faults; count calls whose outcome breaks the contract.
+
+    With `crashes`, the faults are SIGKILLs of that private server (and restarts) instead of proxy faults.
+    """
+    title = "server crash: SIGKILL + restart mid save, load, claim" if crashes else None
+    result = Result(title or "server faults: cut / down / lost response mid save, load, claim", server.name)
     rng = random.Random(seed)
     sealer = berth.AesGcmSealer(berth.Keyring.generate())
     identity = f"faults-{secrets.token_hex(4)}"
@@ -198,7 +393,7 @@ def run_faults(server: Server, *, calls: int, seed: int = 3, rate: float = 0.1, 
     envelope = big_envelope(size=1500)
     with FaultProxy(server.host, server.port) as proxy:
         store = server.open(proxy, identity, sealer)
-        faults = _Faults(proxy, rng, rate=rate)
+        faults: Any = _Crashes(crashes, rng, rate=rate) if crashes else _Faults(proxy, rng, rate=rate)
         with faults.running():
             seq = 0
             while result.trials < calls and timer.left():
@@ -379,6 +574,34 @@ def test_faults_mid_save_load_claim(server: Server) -> None:
 @pytest.mark.parametrize("server", SERVERS, indirect=True)
 def test_claim_with_lost_delete_response_is_a_backend_error(server: Server) -> None:
     result = run_lost_delete(server, trials=5)
+    result.notes = result.notes[1:]
+    result.check()
+
+
+@pytest.fixture(params=["postgresql", "redis"])
+def private_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateServer]:
+    cls = {"postgresql": PrivatePostgres, "redis": PrivateRedis}[request.param]
+    module = {"postgresql": "postgres"}.get(request.param, request.param)
+    if not backend_available(module) or not cls.available():
+        pytest.skip(f"no private {request.param} server can be started here")
+    server = cls(tmp_path_factory.mktemp(f"private-{request.param}"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_server_crash_mid_save_load_claim(private_server: PrivateServer) -> None:
+    result = run_faults(private_server.server(), calls=120, rate=0.03, crashes=private_server, budget=120)
+    summary, result.notes = result.notes[0], result.notes[1:]
+    result.check()
+    assert "'crash': 0" not in summary, summary
+
+
+@pytest.mark.slow
+def test_server_crash_long(private_server: PrivateServer) -> None:
+    result = run_faults(private_server.server(), calls=2000, rate=0.03, crashes=private_server, budget=1200)
     result.notes = result.notes[1:]
     result.check()
 
