@@ -152,10 +152,14 @@ class AesGcmSealer:
 
     def seal(self, plaintext: bytes, *, aad: bytes) -> bytes:
         """Encrypt under the primary key with a fresh random nonce."""
+        return self._seal_after(b"", plaintext, aad=aad)
+
+    def _seal_after(self, prefix: bytes, plaintext: bytes, *, aad: bytes) -> bytes:
+        """`prefix` then the sealed bytes, encrypted straight into one buffer (the store's frame head)."""
         kid = self._keyring.primary
         nonce = self._nonce()
         kid_b = kid.encode()
-        head = bytes((_FORMAT, len(kid_b))) + kid_b + nonce
+        head = prefix + bytes((_FORMAT, len(kid_b))) + kid_b + nonce
         ct_len = len(plaintext) + _TAG
         out = bytearray(len(head) + ct_len)
         out[: len(head)] = head

@@ -304,7 +304,13 @@ class Store:
         )
         head = encode_header(header)
         aad = build_aad(head, self.identity, key)
+        # A sealer that can write the head first builds the frame in one buffer:
+        # no second copy of the payload (it costs ~10% of the seal at 16 MiB).
+        seal_after = getattr(sealer, "_seal_after", None)
         with self._backend_call(key, "seal"):
+            if seal_after is not None:
+                frame: bytes = seal_after(head, body, aad=aad)
+                return frame
             sealed = sealer.seal(body, aad=aad)
         return b"".join((head, sealed))
 
