@@ -95,8 +95,6 @@ def redis_server(redis_url: str) -> Server:
 def s3_server(moto_url: str) -> Server:
     import boto3
 
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     bucket = f"reliability-{uuid.uuid4().hex[:16]}"
     client = boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1")
     client.create_bucket(Bucket=bucket)
@@ -548,7 +546,7 @@ def fake_gcs() -> Iterator[Any]:
 
 
 @pytest.fixture
-def server(request: pytest.FixtureRequest, tmp_path: Path) -> Server:
+def server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Server:
     name = request.param
     module = {"postgresql": "postgres"}.get(name, name)
     if not backend_available(module):
@@ -559,6 +557,8 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Server:
         return redis_server(request.getfixturevalue("redis_url"))
     if name == "gcs":
         return gcs_server(request.getfixturevalue("fake_gcs"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")  # moto takes any; nothing here reaches AWS
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     s3 = s3_server(request.getfixturevalue("moto_url"))
     return _S3Server(s3.name, s3.host, s3.port, s3._url, s3.options)
 

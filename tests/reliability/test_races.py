@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import multiprocessing
-import os
 import secrets
 import threading
 import time
@@ -242,8 +241,6 @@ def network_opener(backend: str, address: str) -> Opener:
     if backend == "s3":
         import boto3
 
-        os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
         bucket = f"reliability-{secrets.token_hex(8)}"
         client = boto3.client("s3", endpoint_url=address, region_name="us-east-1")
         client.create_bucket(Bucket=bucket)
@@ -310,6 +307,10 @@ def _network(backend: str, request: pytest.FixtureRequest) -> Opener:
         pytest.skip(f"berth.backends.{module} is not in this tree yet")
     if backend == "gcs":
         return gcs_opener(request.getfixturevalue("fake_gcs"))
+    if backend == "s3":
+        monkeypatch = request.getfixturevalue("monkeypatch")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")  # moto takes any; nothing here reaches AWS
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     return network_opener(backend, request.getfixturevalue(NETWORK[backend]))
 
 
