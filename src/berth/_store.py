@@ -355,7 +355,9 @@ class Store:
         if found is None:
             return None
         data, token = found
+        del found
         header, plain = self._open(key, data)
+        del data  # the sealed frame is not needed any more: free it before the state is copied out
         env = self._decode(key, header, plain)
         if not allow_expired and env.deadline is not None:
             now = self._clock()
