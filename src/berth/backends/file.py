@@ -134,14 +134,18 @@ class FileBackend:
         try:
             size = os.fstat(fd).st_size
             want = size if limit is None else min(size, limit)
-            buf = bytearray(want)
-            view = memoryview(buf)
-            got = 0
-            while got < want:
-                n = os.readv(fd, [view[got:]])
-                if n == 0:
+            # os.read fills a fresh, uninitialised buffer: a zeroed bytearray would cost one more
+            # pass over the whole frame (page faults and all) before the read even starts.
+            chunks = [os.read(fd, want)]
+            got = len(chunks[0])
+            while got < want:  # a short read (a signal, say): read on
+                more = os.read(fd, want - got)
+                if not more:
                     break
-                got += n
+                chunks.append(more)
+                got += len(more)
+            buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            view = memoryview(buf)
         finally:
             os.close(fd)
         if got < _HEAD.size:
