@@ -218,33 +218,95 @@ def _encode(value: Any) -> bytes | None:
         return None
 
 
+def _changes(fields: dict[str, st.SearchStrategy[Any]]) -> st.SearchStrategy[dict[str, Any]]:
+    """A few of `fields`, each with a value from its strategy."""
+    return st.lists(st.sampled_from(sorted(fields)), max_size=3, unique=True).flatmap(
+        lambda names: st.fixed_dictionaries({n: fields[n] for n in names})
+    )
+
+
+def _valid_parts() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The header and the envelope (body) of one valid plaintext frame, as JSON objects."""
+    store = berth.Store(MemoryBackend(), identity=IDENTITY, sealer=berth.PlaintextSealer())
+    store.save(KEY, big_envelope(size=40))
+    found = store.backend.get(NAME)
+    assert found is not None
+    data = bytes(found[0])
+    hlen = int.from_bytes(data[9:13], "big")
+    return msgspec.json.decode(data[13 : 13 + hlen]), msgspec.json.decode(data[13 + hlen : -32])
+
+
+_body_field: dict[str, st.SearchStrategy[Any]] = {
+    "version": st.one_of(st.just(1), st.integers(), anything),
+    "provider": st.one_of(some_text, anything),
+    "model": st.one_of(some_text, anything),
+    "config_digest": st.one_of(some_text, anything),
+    "run_id": st.one_of(some_text, anything),
+    "provider_state": st.one_of(json_values, anything),
+    "loop_state": st.one_of(json_values, anything),
+    "pending_calls": st.one_of(
+        st.lists(st.fixed_dictionaries({"id": some_text, "name": some_text, "input": json_values}), max_size=2),
+        st.lists(st.dictionaries(some_text, json_values, max_size=3), max_size=2),
+        anything,
+    ),
+    "turn": st.one_of(st.integers(), anything),
+    "remaining_turns": st.one_of(st.integers(), anything),
+    "reason": st.one_of(some_text, anything),
+    "trace_id": st.one_of(some_text, anything),
+    "deadline": st.one_of(st.none(), aware, naive, anything),
+    "created_at": st.one_of(aware, naive, anything),
+    "labels": st.one_of(st.dictionaries(some_text, some_text, max_size=3), anything),
+    "extra": anything,
+}
+_shared = st.fixed_dictionaries(
+    {}, optional={"run_id": some_text, "deadline": st.one_of(st.none(), aware), "created_at": aware}
+)
+
+
 def prop_forged_plaintext_frames(n: int) -> tuple[Callable[[], None], list[int]]:
     """Frames an attacker can build without keys (plaintext checksum recomputed): berth errors only.
 
-    Arbitrary headers and bodies that authenticate drive the header and
-    envelope decoders; when a frame opens, what comes back is a valid envelope
-    that agrees with its header.
+    Headers and bodies that authenticate drive the header and envelope
+    decoders, `list` and `sweep`: near a valid frame (a few fields changed,
+    run id / deadline / created kept in step or not) or anything at all. When
+    a frame opens, what comes back is a valid envelope that agrees with its header.
     """
-    count = [0]
+    count, opened = [0], [0]
     store = berth.Store(MemoryBackend(), identity=IDENTITY, sealer=berth.PlaintextSealer())
     sealer = berth.PlaintextSealer()
-    good = msgspec.json.decode(_valid_body())
-    body = st.one_of(
-        st.fixed_dictionaries({}, optional={k: st.one_of(st.just(v), anything) for k, v in good.items()}),
-        st.dictionaries(some_text, json_values, max_size=4),
-        json_values,
-    )
+    good_header, good_body = _valid_parts()
+    far_body = st.one_of(st.dictionaries(some_text, json_values, max_size=4), json_values)
+    far_header = st.fixed_dictionaries({}, optional=_header_field)
 
     @_settings(n)
-    @given(st.fixed_dictionaries({}, optional=_header_field), body, st.booleans(), st.booleans())
-    def prop(header: dict[str, Any], body_obj: Any, keep_good_header: bool, match_len: bool) -> None:
+    @given(
+        st.booleans(),
+        _changes(_header_field),
+        _changes(_body_field),
+        _shared,
+        far_header,
+        far_body,
+        st.booleans(),
+    )
+    def prop(
+        near: bool,
+        header_changes: dict[str, Any],
+        body_changes: dict[str, Any],
+        shared: dict[str, Any],
+        far_h: dict[str, Any],
+        far_b: Any,
+        match_len: bool,
+    ) -> None:
         count[0] += 1
+        if near:
+            body_obj: Any = {**good_body, **body_changes, **shared}
+            h = {**good_header, **header_changes, **shared}
+        else:
+            body_obj, h = far_b, dict(far_h)
         body_bytes = _encode(body_obj)
         assume(body_bytes is not None)
         assert body_bytes is not None
-        h = dict(_valid_header()) if keep_good_header else {}
-        h.update(header)
-        if match_len:
+        if match_len or not near:
             h["body_len"] = len(body_bytes)
         head_json = _encode(h)
         assume(head_json is not None)
@@ -257,7 +319,8 @@ def prop_forged_plaintext_frames(n: int) -> tuple[Callable[[], None], list[int]]
                 if op == "load":
                     parked = store.load(KEY, allow_expired=True)
                     assert parked is not None
-                    _check_opened(parked.envelope)
+                    _check_opened(parked.envelope, h)
+                    opened[0] += 1
                 elif op == "list":
                     for listing in store.list():
                         assert isinstance(listing.key, str) and isinstance(listing.labels, object)
@@ -266,33 +329,17 @@ def prop_forged_plaintext_frames(n: int) -> tuple[Callable[[], None], list[int]]
             except berth.BerthError:
                 pass
 
-    return prop, count
+    def run() -> None:
+        prop()
+        assert opened[0] > 0 or count[0] < 50, "no forged frame ever opened: the property explores nothing valid"
+
+    return run, count
 
 
-def _valid_body() -> bytes:
-    store = berth.Store(MemoryBackend(), identity=IDENTITY, sealer=berth.PlaintextSealer())
-    store.save(KEY, big_envelope(size=40))
-    parked = store.load(KEY)
-    assert parked is not None
-    from berth._envelope import encode_envelope
-
-    assert parked.envelope.created_at is not None
-    return encode_envelope(parked.envelope, parked.envelope.created_at)
-
-
-def _valid_header() -> dict[str, Any]:
-    store = berth.Store(MemoryBackend(), identity=IDENTITY, sealer=berth.PlaintextSealer())
-    store.save(KEY, big_envelope(size=40))
-    found = store.backend.get(NAME)
-    assert found is not None
-    data = bytes(found[0])
-    hlen = int.from_bytes(data[9:13], "big")
-    return dict(msgspec.json.decode(data[13 : 13 + hlen]))
-
-
-def _check_opened(env: berth.Envelope) -> None:
+def _check_opened(env: berth.Envelope, header: dict[str, Any]) -> None:
     """An envelope that opened must be one berth could have parked (or refuses at resume)."""
     assert isinstance(env, berth.Envelope)
+    assert env.run_id == header["run_id"], "the envelope's run id disagrees with the frame header"
     assert env.created_at is not None and env.created_at.tzinfo is not None
     assert env.deadline is None or env.deadline.tzinfo is not None
     msgspec.json.decode(env.provider_state)
