@@ -116,7 +116,11 @@ def _server_counters(backend: str, ctx: dict[str, Any]) -> dict[str, int]:
         client = redis.Redis.from_url(ctx["redis"])
         stats = client.info("commandstats")
         client.close()
-        return {"commands": sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")}
+        writes = ("cmdstat_set", "cmdstat_incr", "cmdstat_del", "cmdstat_unlink", "cmdstat_setrange")
+        return {
+            "commands": sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info"),
+            "write commands (AOF records)": sum(int(stats[k]["calls"]) for k in writes if k in stats),
+        }
     return {}
 
 

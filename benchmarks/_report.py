@@ -194,7 +194,8 @@ def large_section(res: dict[str, Any], goals: Goals) -> list[str]:
         "One call per fresh process. Wall time in ms (median, min-max over trials); *peak growth* is the peak RSS "
         "during the call above the RSS just before it, as a multiple of the payload (the caller's own copy of the "
         "state is not counted for a save; the returned state is counted for a load or claim); *above interpreter* "
-        "also counts the caller's input. The floor seals the same bytes with AESGCM and stores them with the raw "
+        "also counts the caller's input. The goal allows 4 MiB of fixed overhead on top of 3× (SQLite's page cache, "
+        "interpreter arenas). The floor seals the same bytes with AESGCM and stores them with the raw "
         "client."
     )
     out.append("")
@@ -219,9 +220,9 @@ def large_section(res: dict[str, Any], goals: Goals) -> list[str]:
                 f"| {ba:.2f}× |"
             )
             goals.add(
-                f"64 MiB {NAMES[backend]} {op}: peak RSS growth ≤ {GOAL_RSS}× payload",
+                f"64 MiB {NAMES[backend]} {op}: peak RSS growth ≤ {GOAL_RSS}× payload (+4 MiB fixed)",
                 f"{bg:.2f}×",
-                bg <= GOAL_RSS + 0.05,
+                max(x["peak_growth"] for x in b) <= GOAL_RSS * size + 4 * 2**20,
             )
             goals.add(
                 f"64 MiB {NAMES[backend]} {op}: wall ≤ {GOAL_LARGE_WALL}× floor",
