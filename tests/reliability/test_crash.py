@@ -181,11 +181,8 @@ def run_crash(
         if result.failures > failures_before:
             result.failures = failures_before + 1  # count failed kills, not symptoms
     scan_tree(root / "store", result)
-    result.notes.insert(
-        0,
-        f"{acked_total} acknowledged calls; {len(claimed)} runs claimed; "
-        f"{temps_seen} kills left a temp file, each removed by the next save",
-    )
+    temps = f"; {temps_seen} kills left a temp file, each removed by the next save" if kind == "file" else ""
+    result.notes.insert(0, f"{acked_total} acknowledged calls; {len(claimed)} runs claimed{temps}")
     result.seconds = timer.elapsed()
     return result
 
