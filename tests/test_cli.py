@@ -169,6 +169,12 @@ def test_unknown_command_and_option_are_usage_errors() -> None:
     assert line.startswith("berth ls:") and "--frob" in line
 
 
+def test_bare_berth_prints_the_help() -> None:
+    for args in ([], ["keys"]):
+        result = run(*args)
+        assert result.exit_code == 2 and result.stdout.startswith("Usage: berth") and "Example:" in result.stdout
+
+
 def test_version() -> None:
     assert ok("--version").stdout.strip() == f"berth {berth.__version__}"
 

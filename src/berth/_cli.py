@@ -331,6 +331,9 @@ def _run(settings: Settings, fn: Callable[[], Any]) -> int:
         rv = fn()
     except Failure as exc:
         return fail(str(exc), exc.code)
+    except click.exceptions.NoArgsIsHelpError as exc:  # bare `berth` or `berth keys`: the help, as usual
+        click.echo(exc.format_message())
+        return USAGE
     except click.UsageError as exc:
         path = exc.ctx.command_path if exc.ctx is not None else "berth"
         settings.command = path
