@@ -12,6 +12,7 @@ import pytest
 
 import berth
 import berth._store as store_module
+import berth.backends.memory
 from berth.backends import registry
 from berth.testing import SECRET, make_envelope
 
@@ -110,3 +111,15 @@ def test_checkpoint_refuses_tampering_renaming_and_expiry(tmp_path) -> None:
         berth.load_checkpoint(tmp_path / "missing.ckpt", sealer=sealer)
     with pytest.raises(berth.IntegrityError):
         berth.load_checkpoint(path)  # a plaintext reader is refused a sealed frame
+
+
+def test_setup_delegates_to_a_backend_that_has_one() -> None:
+    calls: list[str] = []
+
+    class WithSchema(berth.backends.memory.MemoryBackend):
+        def setup(self) -> None:
+            calls.append("setup")
+
+    berth.Store(WithSchema(), identity="a", sealer=berth.PlaintextSealer()).setup()
+    assert calls == ["setup"]
+    berth.open_store("memory://", identity="a", sealer=berth.PlaintextSealer()).setup()  # nothing to do

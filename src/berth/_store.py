@@ -164,6 +164,20 @@ class Store:
         if close is not None:
             close()
 
+    def setup(self) -> None:
+        """Create or migrate the backend's schema (idempotent); backends that need none do nothing.
+
+        Backends with a schema (PostgreSQL) also run it lazily on first use; call it at deploy
+        time to fail early, or with a role that may create tables.
+
+        Raises:
+            BackendError: the migration failed.
+        """
+        setup = getattr(self.backend, "setup", None)
+        if setup is not None:
+            with self._backend_call("*", "setup"):
+                setup()
+
     def now(self) -> datetime:
         """The store's clock (injectable for tests)."""
         return self._clock()
