@@ -92,6 +92,7 @@ class Result:
     name: str
     role: str
     rates: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)  # this process's CPU seconds per op, per trial
     ops: int = 0
 
     @property
@@ -131,6 +132,7 @@ def interleave(variants: Sequence[Variant], *, trials: int, budget: float, min_o
             for v in order:
                 gc.collect()
                 n = 0
+                c0 = time.process_time()
                 t0 = time.perf_counter()
                 deadline = t0 + budget
                 while True:
@@ -139,6 +141,7 @@ def interleave(variants: Sequence[Variant], *, trials: int, budget: float, min_o
                     now = time.perf_counter()
                     if now >= deadline and n >= min_ops:
                         break
+                results[v.name].cpu.append((time.process_time() - c0) / n)
                 results[v.name].rates.append(n * v.units / (now - t0))
                 results[v.name].ops += n
     finally:

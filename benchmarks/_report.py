@@ -62,24 +62,37 @@ def cycle_section(res: dict[str, Any], goals: Goals) -> list[str]:
         "One cycle = save, load (decoded back to Python objects), conditional delete, sealed with AES-256-GCM "
         "(except LangGraph unencrypted). Rates are cycles/s: the median of the trials, and the lowest and highest "
         "trial. Ratios are berth's rate divided by the other's *in the same trial*, then the median (min-max) "
-        "over trials, so drift of the shared machine cancels."
+        "over trials, so drift of the shared machine cancels. *Client CPU* is this process's CPU time per cycle "
+        "(user + system, median over trials): what the contender itself costs, which the load of a shared machine "
+        "disturbs far less than wall time. Where the wall-time ratio is near 1.0 while the CPU ratio is not, the "
+        "cycle was waiting on fsyncs or the server, and a quieter machine would show the CPU difference."
     )
     out.append("")
     for backend, grp in res["cycle"].items():
         out.append(f"### {NAMES[backend]}")
         out.append("")
-        out.append("| contender | cycles/s median | min-max | berth ÷ this (median, min-max) |")
-        out.append("| --- | ---: | ---: | ---: |")
+        out.append(
+            "| contender | cycles/s median | min-max | berth ÷ this (median, min-max) "
+            "| client CPU µs/cycle | this ÷ berth CPU |"
+        )
+        out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
         berth_rates = grp[BERTH]["rates"]
+        berth_cpu = statistics.median(grp[BERTH].get("cpu") or [0.0]) * 1e6
         for name, v in grp.items():
             rates = v["rates"]
             med = statistics.median(rates)
+            cpu = statistics.median(v.get("cpu") or [0.0]) * 1e6
             if name == BERTH:
-                ratio = "—"
+                ratio = cpu_ratio = "—"
             else:
                 m, lo, hi = _ratios(berth_rates, rates)
                 ratio = f"{m:.2f}× ({lo:.2f}–{hi:.2f})"
-            out.append(f"| {name} | {_n(med)} | {_n(min(rates))}–{_n(max(rates))} | {ratio} |")
+                cpu_ratio = f"{cpu / berth_cpu:.2f}×" if berth_cpu else ""
+            out.append(
+                f"| {name} | {_n(med)} | {_n(min(rates))}–{_n(max(rates))} | {ratio} | {cpu:,.0f} | {cpu_ratio} |"
+                if cpu
+                else f"| {name} | {_n(med)} | {_n(min(rates))}–{_n(max(rates))} | {ratio} | | |"
+            )
         out.append("")
         m, lo, hi = _ratios(berth_rates, grp[FLOOR]["rates"])
         mark = goals.add(
@@ -322,14 +335,16 @@ def chart(res: dict[str, Any], path: Path) -> None:
     backends = list(res["cycle"])
     fig, ax = plt.subplots(figsize=(10, 5.2), dpi=120)
     width = 0.16
-    for i, (name, color) in enumerate(zip(names, colors, strict=True)):
+    for name, color in zip(names, colors, strict=True):
         xs, ys, lo, hi = [], [], [], []
         for j, backend in enumerate(backends):
             v = res["cycle"][backend].get(name)
             if v is None:
                 continue
+            present = [n for n in names if n in res["cycle"][backend]]
+            slot = present.index(name) - (len(present) - 1) / 2
             med = statistics.median(v["rates"])
-            xs.append(j + (i - 2) * width)
+            xs.append(j + slot * width)
             ys.append(med)
             lo.append(med - min(v["rates"]))
             hi.append(max(v["rates"]) - med)

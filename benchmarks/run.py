@@ -185,7 +185,9 @@ def main() -> None:
                     res["skipped"][backend] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
                     log(f"  failed: {exc!r}")
                     continue
-                res["cycle"][backend] = {n: {"role": r.role, "rates": r.rates} for n, r in results.items()}
+                res["cycle"][backend] = {
+                    n: {"role": r.role, "rates": r.rates, "cpu": r.cpu} for n, r in results.items()
+                }
                 b = results[_report.BERTH]
                 for n, r in results.items():
                     log(f"  {n:45} {r.median:9.1f}/s  berth/this {_common.paired_ratio(b, r)[0]:.2f}")
