@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -132,9 +133,16 @@ def gcs_emulator() -> Iterator[str]:
         server.start()
     except Exception as exc:
         unavailable("fake-gcs-server", f"{type(exc).__name__}: {exc}")
+    # The wrapper pipes the server's stderr and never reads it: the server logs every request
+    # there and blocks once the pipe is full (a few hundred requests). Drain it; close it at exit.
+    process = server._process
+    drain = threading.Thread(target=lambda: process.stderr.read(), daemon=True)
+    drain.start()
     try:
         yield server.url
     finally:
         server.stop()
+        drain.join(timeout=10)
+        process.stderr.close()
         if previous is not None:
             os.environ["STORAGE_EMULATOR_HOST"] = previous

@@ -62,10 +62,10 @@ class FaultyProxy:
         with self._lock:
             self._faults.append(Fault(method.upper(), action, when))
 
-    def count(self, method: str) -> int:
-        """How many `method` requests reached the proxy."""
+    def count(self, method: str, when: Callable[[str], bool] | None = None) -> int:
+        """How many `method` requests (whose path passes `when`) reached the proxy."""
         with self._lock:
-            return sum(1 for m, _ in self.seen if m == method.upper())
+            return sum(1 for m, p in self.seen if m == method.upper() and (when is None or when(p)))
 
     def reset_counts(self) -> None:
         with self._lock:
@@ -85,6 +85,7 @@ class FaultyProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: object) -> None:
                 pass
