@@ -99,7 +99,7 @@ class PendingCall:
         return msgspec.json.decode(self.input)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class Envelope:
     """What is parked for one run: its state and what is needed to resume it safely.
 
@@ -123,7 +123,46 @@ class Envelope:
     created_at: datetime | None = None
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
-    def __post_init__(self) -> None:
+    # Written out (not generated) so the parameters accept what the fields are built from:
+    # any JSON value or bytes of JSON for the raw fields, any iterable of calls, any mapping.
+    def __init__(
+        self,
+        *,
+        provider_state: RawJSON,
+        version: int = ENVELOPE_VERSION,
+        provider: str = "",
+        model: str = "",
+        config_digest: str = "",
+        run_id: str = "",
+        loop_state: RawJSON | None = None,
+        pending_calls: Iterable[PendingCall] = (),
+        turn: int = 0,
+        remaining_turns: int = 0,
+        reason: str = "",
+        trace_id: str = "",
+        deadline: datetime | None = None,
+        created_at: datetime | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "provider_state", provider_state)
+        setattr_(self, "version", version)
+        setattr_(self, "provider", provider)
+        setattr_(self, "model", model)
+        setattr_(self, "config_digest", config_digest)
+        setattr_(self, "run_id", run_id)
+        setattr_(self, "loop_state", loop_state)
+        setattr_(self, "pending_calls", pending_calls)
+        setattr_(self, "turn", turn)
+        setattr_(self, "remaining_turns", remaining_turns)
+        setattr_(self, "reason", reason)
+        setattr_(self, "trace_id", trace_id)
+        setattr_(self, "deadline", deadline)
+        setattr_(self, "created_at", created_at)
+        setattr_(self, "labels", {} if labels is None else labels)
+        self._validate()
+
+    def _validate(self) -> None:
         setattr_ = object.__setattr__
         setattr_(self, "provider_state", _raw_json(self.provider_state, "provider_state"))
         if self.loop_state is not None:

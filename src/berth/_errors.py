@@ -2,6 +2,7 @@
 
     BerthError
     ├── TokenMismatch      the token no longer names the parked envelope (lost claim)
+    │   └── AnswerRefused  (berth._questions) an answer to a question that is not the pending one
     ├── Expired            the envelope is past its deadline; never resumed
     ├── IntegrityError     a frame cannot be opened as what it claims to be
     ├── FormatError        not a frame, or a frame of a newer format
