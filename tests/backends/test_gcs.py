@@ -319,6 +319,14 @@ def test_unconditional_upload_is_never_retried(proxied: tuple[GcsBackend, Faulty
     assert backend.get("i/k") == (b"old", token), "a failed save leaves the previous frame"
 
 
+def test_unconditional_upload_is_retried_after_a_429(proxied: tuple[GcsBackend, FaultyProxy]) -> None:
+    backend, proxy = proxied
+    proxy.fail("POST", "429")
+    token = backend.put("i/k", b"frame")
+    assert proxy.count("POST") == 2
+    assert backend.get("i/k") == (b"frame", token)
+
+
 def test_conditional_calls_are_retried(proxied: tuple[GcsBackend, FaultyProxy]) -> None:
     backend, proxy = proxied
     proxy.fail("POST", "503")

@@ -246,6 +246,14 @@ def test_unconditional_put_is_never_retried(proxied: tuple[S3Backend, FaultyProx
     assert backend.get("i/k") == (b"old", token), "a failed save leaves the previous frame"
 
 
+def test_unconditional_put_is_repeated_after_slow_down(proxied: tuple[S3Backend, FaultyProxy]) -> None:
+    backend, proxy = proxied
+    proxy.fail("PUT", "slowdown")
+    token = backend.put("i/k", b"frame")
+    assert proxy.count("PUT") == 2
+    assert backend.get("i/k") == (b"frame", token)
+
+
 def test_conditional_delete_is_retried(proxied: tuple[S3Backend, FaultyProxy]) -> None:
     backend, proxy = proxied
     token = backend.put("i/k", b"frame")

@@ -1,7 +1,7 @@
 """A fault-injecting HTTP proxy for loopback test servers.
 
 It relays each request to a real upstream (moto, fake-gcs-server, the GCS
-fake) and can, once per queued fault, answer 503 instead, drop the connection
+fake) and can, once per queued fault, answer 429 or 503 instead, drop the connection
 before forwarding, or forward the request and then drop or 503 the response
 (the request took effect; the client never learns it). It counts the requests
 it relays, so a test can prove which calls a client retried.
@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 __all__ = ["Fault", "FaultyProxy"]
 
-ACTIONS = ("503", "reset", "503_after", "reset_after")
+ACTIONS = ("429", "503", "slowdown", "reset", "503_after", "reset_after")
 
 
 @dataclass
@@ -97,8 +97,12 @@ class FaultyProxy:
                 if action == "reset":
                     self._drop()
                     return
-                if action == "503":
-                    self._answer(503, b"injected", [("Content-Type", "text/plain")])
+                if action == "slowdown":  # S3's throttle, with its XML error body
+                    xml = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+                    self._answer(503, xml, [("Content-Type", "application/xml")])
+                    return
+                if action in ("429", "503"):
+                    self._answer(int(action), b"injected", [("Content-Type", "text/plain")])
                     return
                 upstream = http.client.HTTPConnection(proxy._host, proxy._port, timeout=30)
                 try:

@@ -9,7 +9,8 @@ JSON API (`NotFound`, `PreconditionFailed`) or as gRPC status codes
 Retries follow google-cloud-storage's rule: a call is retried only when it
 is idempotent. Reads and listings are; a call carrying a generation
 precondition is; an unconditional upload is not (a retry could re-create an
-envelope a waker claimed between the two attempts), so save is sent once. A
+envelope a waker claimed between the two attempts), so save is repeated only
+after a 429, which GCS answers before applying anything. A
 conditional call that was retried after a transient error and then finds its
 precondition gone may have succeeded on the earlier attempt: that is reported
 as `BackendError` (outcome unknown), never as a lost claim.
@@ -90,6 +91,14 @@ def _is_lost(exc: BaseException) -> bool:
         or _http_code(exc) == 412
         or _grpc_code(exc) in _LOST_GRPC
     )
+
+
+def _throttled(exc: BaseException) -> bool:
+    """A 429: the request was refused before it was applied, so even a non-idempotent call may repeat."""
+    if isinstance(exc, gexc.TooManyRequests):
+        return True
+    response = getattr(exc, "response", None)
+    return isinstance(exc, InvalidResponse) and getattr(response, "status_code", None) == 429
 
 
 class _Attempts:
@@ -234,11 +243,11 @@ class GcsBackend:
         limit = self._keep - 3  # a hashed name keeps at least this many bytes of its name
         return full[:limit].decode("utf-8", "ignore") if len(full) > limit else full.decode()
 
-    def _retry(self, attempts: _Attempts | None = None) -> Any:
+    def _retry(self, attempts: _Attempts | None = None, predicate: Any = None) -> Any:
         if self._retry_timeout <= 0:
             return None
         return gretry.Retry(
-            predicate=DEFAULT_RETRY._predicate,
+            predicate=predicate or DEFAULT_RETRY._predicate,
             initial=0.1,
             maximum=5.0,
             multiplier=2.0,
@@ -272,12 +281,14 @@ class GcsBackend:
             blob.metadata = {_NAME_META: base64.urlsafe_b64encode(name.encode()).decode()}
         condition = 0 if if_absent else (_generation(if_match) if if_match is not None else None)
         attempts = _Attempts() if condition is not None else None
+        # An unconditional upload is retried only after a 429: GCS refused it unapplied.
+        retry = self._retry(attempts) if attempts is not None else self._retry(predicate=_throttled)
         with _mapped(name, "put", attempts):
             blob.upload_from_string(
                 bytes(data),
                 content_type="application/octet-stream",
                 if_generation_match=condition,
-                retry=self._retry(attempts) if attempts is not None else None,
+                retry=retry,
                 timeout=self._timeout,
             )
             generation = blob.generation

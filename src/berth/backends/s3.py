@@ -12,9 +12,10 @@ Deletes and conditional puts send `If-Match: <etag>`, creates send
 request won) and a 404 `NoSuchKey` on a conditional call are `TokenMismatch`
 -- unless botocore retried the call after a transient error, in which case an
 earlier attempt may have succeeded and the outcome is reported as unknown
-(`BackendError`), never as a lost claim. Unconditional puts are sent once:
-retrying one could re-create an envelope that a waker claimed between the
-attempts.
+(`BackendError`), never as a lost claim. Unconditional puts are repeated only
+after `503 SlowDown` (refused before it was applied): retrying one after an
+ambiguous failure could re-create an envelope that a waker claimed between
+the attempts.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import random
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -140,6 +143,7 @@ class S3Backend:
         self.prefix = prefix
         self._root = prefix + "/" if prefix else ""
         self._page_size = page_size
+        self._attempts = max(1, retry_attempts)
         self._max_name = max_name_bytes
         self._keep = max_name_bytes - len(_HASHED) - 64
         if self._keep <= len(self._root.encode()) + 8:
@@ -244,10 +248,23 @@ class S3Backend:
             kwargs["IfNoneMatch"] = "*"
         elif if_match is not None:
             kwargs["IfMatch"] = if_match.value
-        client = self._client if conditional else self._put_client
         with _mapped(name, "put", conditional=conditional):
-            response = client.put_object(**kwargs)
+            if conditional:
+                response = self._client.put_object(**kwargs)
+            else:
+                response = self._put_once(kwargs)
         return Token(str(response["ETag"]))
+
+    def _put_once(self, kwargs: dict[str, Any]) -> Any:
+        # Repeated only after 503 SlowDown, which S3 answers before applying anything.
+        for attempt in range(self._attempts):
+            try:
+                return self._put_client.put_object(**kwargs)
+            except ClientError as exc:
+                if _code(exc) != "SlowDown" or attempt + 1 >= self._attempts:
+                    raise
+                time.sleep(random.uniform(0, min(0.1 * 2**attempt, 5.0)))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def get(self, name: str) -> tuple[bytes, Token] | None:
         """The frame under `name` and its ETag, or None.
