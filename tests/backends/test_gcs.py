@@ -15,6 +15,8 @@ Two servers, each for what it can honestly show:
 from __future__ import annotations
 
 import functools
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -374,6 +376,44 @@ def test_an_unreachable_endpoint_is_a_backend_error(fake: FakeGcs) -> None:
         with pytest.raises(berth.BackendError) as info:
             call()
         assert not isinstance(info.value, berth.TokenMismatch)
+
+
+def test_an_outage_mid_loop_is_a_backend_error_and_the_store_recovers() -> None:
+    with FakeGcs() as gcs:
+        gcs.create_bucket("outage")
+        store = berth.open_store(
+            "gs://outage/p", identity="i", sealer=berth.PlaintextSealer(), endpoint=gcs.url, retry_timeout=1, timeout=2
+        )
+        stopper = threading.Timer(0.5, gcs.stop)
+        stopper.start()
+        outcomes: list[str] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and outcomes[-5:] != ["error"] * 5:
+            key = f"k{len(outcomes)}"
+            try:
+                store.save(key, make_envelope(key))
+                parked = store.load(key)
+                assert parked is not None and parked.envelope.run_id == key, "a saved envelope must load"
+                assert store.claim(key) is not None, "the only claimer must win"
+                outcomes.append("ok")
+            except berth.BackendError as exc:
+                assert not isinstance(exc, berth.TokenMismatch)
+                outcomes.append("error")
+        stopper.join()
+        assert "ok" in outcomes and outcomes[-5:] == ["error"] * 5, outcomes
+        first_error = outcomes.index("error")
+        assert first_error > 0 and "ok" not in outcomes[first_error:], outcomes
+
+        gcs.start()  # same port, same objects: the store is consistent and usable again
+        claimed = {f"k{i}" for i, outcome in enumerate(outcomes) if outcome == "ok"}
+        left = {item.key for item in store.list()}
+        assert not left & claimed, "a claimed envelope came back"
+        assert left <= {f"k{first_error}"}, "only the cycle cut by the outage may have left its envelope"
+        for key in left:
+            assert store.claim(key) is not None and store.claim(key) is None
+        store.save("after", make_envelope("after"))
+        assert store.claim("after") is not None
+        store.close()
 
 
 # --- fake-gcs-server: the wire path ----------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -76,21 +77,42 @@ class FakeGcs:
         self._generation = 1_764_000_000_000_000  # microseconds, as GCS's look; one counter, never reused
         self._lock = threading.Lock()
         self.requests = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._conns: set[socket.socket] = set()
+        self._port = 0
+        self._server: ThreadingHTTPServer | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self._port}"
+
+    def start(self) -> None:
+        """Serve (again, on the same port after `stop`, with the same objects)."""
+        self._server = ThreadingHTTPServer(("127.0.0.1", self._port), self._handler())
+        self._server.daemon_threads = True
+        self._server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
+        self._port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        """Stop serving and cut every open connection, as a crashed server would; the objects stay."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        with self._lock:
+            conns, self._conns = self._conns, set()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def __enter__(self) -> FakeGcs:
-        self._thread.start()
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self.stop()
 
     def create_bucket(self, name: str) -> None:
         with self._lock:
@@ -187,6 +209,16 @@ class FakeGcs:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True
+
+            def setup(self) -> None:
+                super().setup()
+                with fake._lock:
+                    fake._conns.add(self.connection)
+
+            def finish(self) -> None:
+                with fake._lock:
+                    fake._conns.discard(self.connection)
+                super().finish()
 
             def log_message(self, format: str, *args: object) -> None:
                 pass
