@@ -44,15 +44,36 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+_clients: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def close_what_tests_open(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close every backend and client a test opens: a pooled socket left to the GC is a ResourceWarning."""
+    opened: list[S3Backend] = []
+    init = S3Backend.__init__
+
+    def recording_init(self: S3Backend, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        opened.append(self)
+
+    monkeypatch.setattr(S3Backend, "__init__", recording_init)
+    yield
+    for backend in opened:
+        backend.close()
+    while _clients:
+        _clients.pop().close()
+
+
 def _raw_client(endpoint: str) -> Any:
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    _clients.append(client)
+    return client
 
 
 @pytest.fixture
 def raw(moto_url: str) -> Any:
-    client = _raw_client(moto_url)
-    yield client
-    client.close()
+    return _raw_client(moto_url)
 
 
 @pytest.fixture
