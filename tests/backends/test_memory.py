@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import functools
+import uuid
 
 import pytest
 
@@ -13,7 +14,7 @@ class TestMemoryContract(StoreContract):
 
     @pytest.fixture
     def backend_opener(self, request: pytest.FixtureRequest):
-        name = f"contract-{id(request)}"
+        name = f"contract-{uuid.uuid4().hex}"
         return functools.partial(MemoryBackend.from_url, f"memory://{name}")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import pickle
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -59,7 +60,7 @@ class TestLocalKmsOnMemory(StoreContract):
 
     @pytest.fixture
     def backend_opener(self, request: pytest.FixtureRequest) -> Any:
-        return functools.partial(MemoryBackend.from_url, f"memory://kms-{id(request)}")
+        return functools.partial(MemoryBackend.from_url, f"memory://kms-{uuid.uuid4().hex}")
 
     @pytest.fixture
     def sealer(self) -> berth.Sealer:
@@ -82,7 +83,7 @@ class TestAwsKmsOnMemory(StoreContract):
 
     @pytest.fixture
     def backend_opener(self, request: pytest.FixtureRequest) -> Any:
-        return functools.partial(MemoryBackend.from_url, f"memory://awskms-{id(request)}")
+        return functools.partial(MemoryBackend.from_url, f"memory://awskms-{uuid.uuid4().hex}")
 
     @pytest.fixture
     def sealer(self, aws_key: str, aws_env: str) -> berth.Sealer:
