@@ -35,8 +35,17 @@ def test_every_public_name_is_documented() -> None:
 
 
 def test_errors_form_the_documented_tree() -> None:
-    for name in ("TokenMismatch", "Expired", "IntegrityError", "FormatError", "ConfigDrift", "InvalidKey",
-                 "InvalidEnvelope", "EnvelopeTooLarge", "BackendError"):
+    for name in (
+        "TokenMismatch",
+        "Expired",
+        "IntegrityError",
+        "FormatError",
+        "ConfigDrift",
+        "InvalidKey",
+        "InvalidEnvelope",
+        "EnvelopeTooLarge",
+        "BackendError",
+    ):
         assert issubclass(getattr(berth, name), berth.BerthError)
     assert issubclass(berth.InvalidKey, ValueError) and issubclass(berth.InvalidEnvelope, ValueError)
     assert issubclass(berth.AnswerRefused, berth.TokenMismatch)
