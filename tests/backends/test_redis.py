@@ -180,6 +180,7 @@ def test_documented_acl_is_enough(acl_user, fresh_prefix, unchecked) -> None:
         "+exists",
         "+incr",
         "+set",
+        "+setrange",
         "+unlink",
         "+config|get",
         "+info",
