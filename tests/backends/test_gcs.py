@@ -15,6 +15,7 @@ Two servers, each for what it can honestly show:
 from __future__ import annotations
 
 import functools
+import gc
 import threading
 import time
 import uuid
@@ -45,6 +46,28 @@ def no_cloud(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_GCE_CHECK", "true")
 
 
+_clients: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def close_what_tests_open(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close every backend and client a test opens: a pooled socket left to the GC is a ResourceWarning."""
+    opened: list[GcsBackend] = []
+    init = GcsBackend.__init__
+
+    def recording_init(self: GcsBackend, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        opened.append(self)
+
+    monkeypatch.setattr(GcsBackend, "__init__", recording_init)
+    yield
+    for backend in opened:
+        backend.close()
+    while _clients:
+        _clients.pop().close()
+    gc.collect()  # a connection leaked by this test warns here, in this test
+
+
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeGcs]:
     with FakeGcs() as gcs:
@@ -59,7 +82,11 @@ def bucket(fake: FakeGcs) -> str:
 
 
 def _client(endpoint: str) -> Any:
-    return storage.Client(project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": endpoint})
+    client = storage.Client(
+        project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": endpoint}
+    )
+    _clients.append(client)
+    return client
 
 
 class TestGcsContractOnFake(StoreContract):

@@ -101,6 +101,18 @@ def _throttled(exc: BaseException) -> bool:
     return isinstance(exc, InvalidResponse) and getattr(response, "status_code", None) == 429
 
 
+def _release(exc: BaseException) -> None:
+    """Close the HTTP response an error carries, so its pooled connection is not left to the GC."""
+    for candidate in (exc, getattr(exc, "__cause__", None), getattr(exc, "__context__", None)):
+        response = getattr(candidate, "response", None)
+        close = getattr(response, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # releasing is best effort
+                pass
+
+
 class _Attempts:
     """The `on_error` hook of one call's retry: records that a retry happened."""
 
@@ -117,6 +129,7 @@ def _mapped(name: str, op: str, attempts: _Attempts | None = None) -> Iterator[N
     try:
         yield
     except _FAILURES as exc:
+        _release(exc)
         if attempts is not None and _is_lost(exc):
             if attempts.retried:
                 raise BackendError(
@@ -246,13 +259,19 @@ class GcsBackend:
     def _retry(self, attempts: _Attempts | None = None, predicate: Any = None) -> Any:
         if self._retry_timeout <= 0:
             return None
+
+        def on_error(exc: Exception) -> None:
+            _release(exc)  # the library drops a retried response without closing it
+            if attempts is not None:
+                attempts(exc)
+
         return gretry.Retry(
             predicate=predicate or DEFAULT_RETRY._predicate,
             initial=0.1,
             maximum=5.0,
             multiplier=2.0,
             timeout=self._retry_timeout,
-            on_error=attempts,
+            on_error=on_error,
         )
 
     # --- the seam ---------------------------------------------------------------------
