@@ -106,7 +106,7 @@ def test_bad_arguments() -> None:
         berth.frame_answer("x", max_bytes=-1)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(
     text=st.lists(
         st.one_of(
