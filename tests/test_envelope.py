@@ -108,3 +108,17 @@ def test_check_resumable() -> None:
         berth.check_resumable(env, **ok, now=NOW + timedelta(hours=1, microseconds=1))
     assert info.value.deadline == env.deadline
     assert berth.check_resumable(env.replace(deadline=None), **ok) is None
+
+
+def test_json_null_loop_state_is_no_loop_state() -> None:
+    # found by the long fuzz run: loop_state=inf encodes as null, which loaded back as None
+    for value in (b"null", b" null\n", float("inf"), float("nan")):
+        env = berth.Envelope(provider_state={}, loop_state=value)
+        assert env.loop_state is None
+        assert decode_envelope(encode_envelope(env, NOW)) == env.replace(created_at=NOW)
+
+
+def test_surrounding_whitespace_of_raw_state_is_dropped_once() -> None:
+    env = berth.Envelope(provider_state=b'\n  {"a": 1}  \n', loop_state=b" [1] ")
+    assert env.provider_state == b'{"a": 1}' and env.loop_state == b"[1]"
+    assert decode_envelope(encode_envelope(env, NOW)) == env.replace(created_at=NOW)

@@ -32,17 +32,23 @@ _LABEL_MAX = 256
 _LABELS_MAX = 64
 
 
+_JSON_SPACE = b" \t\n\r"
+
+
 def _raw_json(value: Any, what: str) -> bytes:
-    """Encode a JSON value once, or validate bytes that already are JSON."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        data = bytes(value)
+    """Encode a JSON value once, or validate bytes that already are JSON.
+
+    Bytes are kept verbatim but for surrounding JSON whitespace, which no encoding
+    of the envelope could carry. Non-finite floats have no JSON form: msgspec
+    encodes them as null, as orjson does.
+    """
+    if isinstance(value, (bytes, bytearray, memoryview, msgspec.Raw)):
+        data = bytes(value).strip(_JSON_SPACE)
         try:
             msgspec.json.decode(data, type=msgspec.Raw)
         except msgspec.DecodeError as exc:
             raise InvalidEnvelope(f"{what} is not valid JSON: {exc}") from None
         return data
-    if isinstance(value, msgspec.Raw):
-        return bytes(value)
     try:
         return _encoder.encode(value)
     except (TypeError, msgspec.EncodeError) as exc:
@@ -166,7 +172,8 @@ class Envelope:
         setattr_ = object.__setattr__
         setattr_(self, "provider_state", _raw_json(self.provider_state, "provider_state"))
         if self.loop_state is not None:
-            setattr_(self, "loop_state", _raw_json(self.loop_state, "loop_state"))
+            loop = _raw_json(self.loop_state, "loop_state")
+            setattr_(self, "loop_state", None if loop == b"null" else loop)  # JSON null is "no loop state"
         for name in ("provider", "model", "config_digest", "run_id", "reason", "trace_id"):
             _check(_is_str(getattr(self, name)), f"{name} must be a str (valid UTF-8)")
         for name in ("version", "turn", "remaining_turns"):
