@@ -2,11 +2,11 @@
 
 Keyspace, under a deployment prefix (default `berth:`)::
 
-    {prefix}gen            an INCR counter: every write takes the next generation
     {prefix}frame:{name}   a string: the generation as 20 ASCII digits, then the frame
 
-Every write draws a new generation from the one counter, so a generation never
-repeats for a name, not even after a delete and re-create. Conditional writes
+Every write draws a fresh random 62-bit generation, so a generation never repeats
+for a name, not even after a delete and re-create, and a save is one SET (no
+shared counter to write). Conditional writes
 and deletes are Lua scripts (EVALSHA) that compare the stored generation and
 act in one atomic step. Listing walks the keyspace with `SCAN ... MATCH` (never
 `KEYS`) and reads only each frame's first bytes (`GETRANGE`). The prefix is one
@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import secrets
 import sys
 import threading
 import time
@@ -57,13 +58,11 @@ _URL_OPTIONS: dict[str, Callable[[str], Any]] = {
     "wait_timeout": int,
 }
 
-_PLACEHOLDER = b"0" * 20  # overwritten by the generation inside the put script
 _checked_servers: set[str] = set()
 _checked_lock = threading.Lock()
 
-# KEYS: frame, counter. ARGV: 20 placeholder bytes + data, mode ("" | "absent" | "match"),
-# expected generation (20 digits). SET then SETRANGE writes the generation over the placeholder:
-# the same bytes as concatenating in Lua, without copying the frame inside the script.
+# KEYS: frame. ARGV: generation (20 digits) + data, mode ("" | "absent" | "match"),
+# expected generation (20 digits).
 _PUT = """
 local mode = ARGV[2]
 if mode == 'absent' then
@@ -71,10 +70,8 @@ if mode == 'absent' then
 elseif mode == 'match' then
   if redis.call('GETRANGE', KEYS[1], 0, 19) ~= ARGV[3] then return false end
 end
-local gen = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[1])
-redis.call('SETRANGE', KEYS[1], 0, string.format('%020d', gen))
-return gen
+return 1
 """
 # KEYS: frame. ARGV: expected generation (20 digits).
 _DELETE = """
@@ -126,9 +123,9 @@ def _str(value: Any) -> str:
 class RedisBackend:
     """Frames as Redis strings under one key prefix; safe across threads, processes and hosts.
 
-    Standalone Redis (or a Sentinel-managed primary): the scripts touch a
-    frame key and the shared generation counter together, so Redis Cluster,
-    which needs both in one hash slot, is not supported.
+    Standalone Redis (or a Sentinel-managed primary): listing reads a batch of
+    frame keys in one script, which Redis Cluster would need in one hash slot,
+    so Cluster is not supported.
     """
 
     def __init__(
@@ -149,7 +146,6 @@ class RedisBackend:
         self.prefix = prefix
         self.client = client
         self._frames = prefix + "frame:"
-        self._counter = prefix + "gen"
         self._wait = (wait_replicas, wait_timeout)
         self._put = client.register_script(_PUT)
         self._delete = client.register_script(_DELETE)
@@ -296,16 +292,19 @@ class RedisBackend:
         if if_match is not None:
             if not self._is_gen(if_match):
                 raise TokenMismatch(f"{name!r} is not at generation {if_match.value!r}")
-            args = [_PLACEHOLDER + data, "match", _gen_text(int(if_match.value))]
+            expected = _gen_text(int(if_match.value))
         else:
-            args = [_PLACEHOLDER + data, "absent" if if_absent else "", ""]
+            expected = b""
+        gen = secrets.randbits(62) + 1
+        value = b"".join((_gen_text(gen), data))
+        mode = "match" if if_match is not None else "absent" if if_absent else ""
         with _mapped("save", name):
-            gen = self._write(self._put, [self._key(name), self._counter], args, name)
-        if gen is None:
+            done = self._write(self._put, [self._key(name)], [value, mode, expected], name)
+        if done is None:
             if if_absent:
                 raise TokenMismatch(f"{name!r} already exists")
             raise TokenMismatch(f"{name!r} changed since it was read")
-        return Token(int(gen))
+        return Token(gen)
 
     def get(self, name: str) -> tuple[bytes, Token] | None:
         """The frame under `name` and its generation, or None."""
