@@ -171,8 +171,10 @@ def counts_section(res: dict[str, Any], goals: Goals) -> list[str]:
                 f"| {NAMES[backend]} | {k} | {b:.2f} | {'' if f is None else f'{f:.2f}'} | "
                 f"{'' if p is None else f'{p:.2f}'} |"
             )
-            # fractional noise (WAL checkpoints, autovacuum, stats) is tolerated up to a tenth per cycle
-            if f is not None and k != "rows written" and b > f + 0.1:
+            # fractional noise (WAL checkpoints, autovacuum, stats) is tolerated up to a tenth per cycle;
+            # Redis "commands" also counts the reads a script makes (the GETRANGE of a compare-and-delete):
+            # its durable measures are round trips (socket sends) and write commands (AOF records)
+            if f is not None and k not in ("rows written", "commands") and b > f + 0.1:
                 worse.append(f"{k} {b:.2f} > {f:.2f}")
         figure = "; ".join(
             f"{k} {roles['berth'][k]:.2f} vs {roles['floor'].get(k, 0):.2f}" for k in keys if k != "rows written"
