@@ -22,8 +22,6 @@ otherwise application default credentials.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,11 +39,10 @@ from requests import RequestException
 
 from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._token import Token
+from berth.backends._objects import ObjectNames
 
 __all__ = ["GcsBackend"]
 
-_NAME_META = "berth-name"
-_HASHED = "//"  # never inside a berth name (no empty key segment), so it marks a hashed object name
 _LOST_GRPC = ("NOT_FOUND", "FAILED_PRECONDITION")
 _FAILURES: tuple[type[BaseException], ...] = (
     gexc.GoogleAPIError,
@@ -187,20 +184,15 @@ class GcsBackend:
         """
         if not bucket:
             raise BerthError("gs:// URL needs a bucket: gs://bucket/prefix")
-        prefix = prefix.strip("/")
-        if prefix and (any(not seg for seg in prefix.split("/")) or len(prefix.encode()) > 512):
-            raise BerthError(f"gs:// prefix {prefix!r} has an empty segment or is longer than 512 bytes")
+        self._names = ObjectNames("gs", prefix, max_name_bytes)
+        prefix = self._names.prefix
         if not 1 <= page_size <= 1000:
             raise BerthError(f"gcs page_size must be 1..1000, got {page_size}")
         self.prefix = prefix
-        self._root = prefix + "/" if prefix else ""
+        self._root = self._names.root
         self._timeout = timeout
         self._retry_timeout = retry_timeout
         self._page_size = page_size
-        self._max_name = max_name_bytes
-        self._keep = max_name_bytes - len(_HASHED) - 64
-        if self._keep <= len(self._root.encode()) + 8:
-            raise BerthError(f"gcs max_name_bytes {max_name_bytes} leaves no room after prefix {prefix!r}")
         self._owned_client: Any = None
         if bucket_handle is None:
             if client is None:
@@ -225,36 +217,6 @@ class GcsBackend:
         return f"GcsBackend('gs://{self.bucket}/{self.prefix}')"
 
     # --- names ------------------------------------------------------------------------
-
-    def _object(self, name: str) -> tuple[str, bool]:
-        full = self._root + name
-        raw = full.encode()
-        if len(raw) <= self._max_name:
-            return full, False
-        # GCS refuses names over 1024 bytes: keep a readable head and make the rest a hash;
-        # the full name travels in the object's metadata.
-        cut = raw[: self._keep].decode("utf-8", "ignore")
-        return cut + _HASHED + hashlib.sha256(name.encode()).hexdigest(), True
-
-    def _name_of(self, obj: str, metadata: dict[str, str] | None) -> str | None:
-        if not obj.startswith(self._root):
-            return None
-        rest = obj[len(self._root) :]
-        if _HASHED not in rest:
-            return rest
-        encoded = (metadata or {}).get(_NAME_META)
-        if not encoded:
-            return None
-        try:
-            name = base64.urlsafe_b64decode(encoded.encode()).decode()
-        except (ValueError, UnicodeDecodeError):
-            return None
-        return name if self._object(name)[0] == obj else None
-
-    def _query_prefix(self, prefix: str) -> str:
-        full = (self._root + prefix).encode()
-        limit = self._keep - 3  # a hashed name keeps at least this many bytes of its name
-        return full[:limit].decode("utf-8", "ignore") if len(full) > limit else full.decode()
 
     def _retry(self, attempts: _Attempts | None = None, predicate: Any = None) -> Any:
         if self._retry_timeout <= 0:
@@ -294,10 +256,10 @@ class GcsBackend:
         """
         if if_match is not None and (if_absent or not _generation(if_match)):
             raise TokenMismatch(f"{name!r} is not at generation {if_match.value!r}")
-        obj, hashed = self._object(name)
+        obj, hashed = self._names.object(name)
         blob = self._bucket.blob(obj)
         if hashed:
-            blob.metadata = {_NAME_META: base64.urlsafe_b64encode(name.encode()).decode()}
+            blob.metadata = self._names.metadata(name)
         condition = 0 if if_absent else (_generation(if_match) if if_match is not None else None)
         attempts = _Attempts() if condition is not None else None
         # An unconditional upload is retried only after a 429: GCS refused it unapplied.
@@ -321,7 +283,7 @@ class GcsBackend:
         Raises:
             BackendError: GCS failed.
         """
-        obj, _ = self._object(name)
+        obj, _ = self._names.object(name)
         blob = self._bucket.blob(obj)
         with _mapped(name, "get"):
             try:
@@ -344,7 +306,7 @@ class GcsBackend:
         generation = _generation(token)
         if not generation:
             raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
-        obj, _ = self._object(name)
+        obj, _ = self._names.object(name)
         attempts = _Attempts()
         with _mapped(name, "delete", attempts):
             self._bucket.delete_blob(
@@ -352,7 +314,7 @@ class GcsBackend:
             )
 
     def _listed(self, prefix: str) -> Iterator[tuple[str, Any]]:
-        query = self._query_prefix(prefix)
+        query = self._names.query_prefix(prefix)
         blobs = self._bucket.list_blobs(
             prefix=query,
             page_size=self._page_size,
@@ -368,7 +330,7 @@ class GcsBackend:
             if items is None:
                 return
             for blob in items:
-                name = self._name_of(blob.name, blob.metadata)
+                name = self._names.name_of(blob.name, blob.metadata)
                 if name is not None and name.startswith(prefix):
                     yield name, blob
 

@@ -20,8 +20,6 @@ the attempts.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import random
 import time
@@ -36,13 +34,12 @@ from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[impor
 
 from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._token import Token
+from berth.backends._objects import HASHED, ObjectNames
 
 __all__ = ["S3Backend"]
 
 _PAD = 16
 _PAD_META = "berth-pad"
-_NAME_META = "berth-name"
-_HASHED = "//"  # never inside a berth name (no empty key segment), so it marks a hashed object name
 _LOST_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
 
 
@@ -134,20 +131,15 @@ class S3Backend:
         """
         if not bucket:
             raise BerthError("s3:// URL needs a bucket: s3://bucket/prefix")
-        prefix = prefix.strip("/")
-        if prefix and (any(not seg for seg in prefix.split("/")) or len(prefix.encode()) > 512):
-            raise BerthError(f"s3:// prefix {prefix!r} has an empty segment or is longer than 512 bytes")
+        self._names = ObjectNames("s3", prefix, max_name_bytes)
+        prefix = self._names.prefix
         if not 1 <= page_size <= 1000:
             raise BerthError(f"s3 page_size must be 1..1000, got {page_size}")
         self.bucket = bucket
         self.prefix = prefix
-        self._root = prefix + "/" if prefix else ""
+        self._root = self._names.root
         self._page_size = page_size
         self._attempts = max(1, retry_attempts)
-        self._max_name = max_name_bytes
-        self._keep = max_name_bytes - len(_HASHED) - 64
-        if self._keep <= len(self._root.encode()) + 8:
-            raise BerthError(f"s3 max_name_bytes {max_name_bytes} leaves no room after prefix {prefix!r}")
         self._owned: list[Any] = []
         if client is None:
             session = boto3.session.Session(profile_name=profile_name)
@@ -182,36 +174,6 @@ class S3Backend:
 
     # --- names ------------------------------------------------------------------------
 
-    def _object(self, name: str) -> tuple[str, bool]:
-        full = self._root + name
-        raw = full.encode()
-        if len(raw) <= self._max_name:
-            return full, False
-        # S3 refuses keys over 1024 bytes: keep a readable head and make the rest a hash;
-        # the full name travels in the object's metadata.
-        cut = raw[: self._keep].decode("utf-8", "ignore")
-        return cut + _HASHED + hashlib.sha256(name.encode()).hexdigest(), True
-
-    def _name_of(self, obj: str, metadata: dict[str, str] | None) -> str | None:
-        if not obj.startswith(self._root):
-            return None
-        rest = obj[len(self._root) :]
-        if _HASHED not in rest:
-            return rest
-        encoded = (metadata or {}).get(_NAME_META)
-        if not encoded:
-            return None
-        try:
-            name = base64.urlsafe_b64decode(encoded.encode()).decode()
-        except (ValueError, UnicodeDecodeError):
-            return None
-        return name if self._object(name)[0] == obj else None
-
-    def _query_prefix(self, prefix: str) -> str:
-        full = (self._root + prefix).encode()
-        limit = self._keep - 3  # a hashed name keeps at least this many bytes of its name
-        return full[:limit].decode("utf-8", "ignore") if len(full) > limit else full.decode()
-
     # --- the seam ---------------------------------------------------------------------
 
     def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
@@ -232,10 +194,10 @@ class S3Backend:
         """
         if if_match is not None and (if_absent or not _etag(if_match)):
             raise TokenMismatch(f"{name!r} is not at ETag {if_match.value!r}")
-        obj, hashed = self._object(name)
+        obj, hashed = self._names.object(name)
         metadata = {_PAD_META: str(_PAD)}
         if hashed:
-            metadata[_NAME_META] = base64.urlsafe_b64encode(name.encode()).decode()
+            metadata.update(self._names.metadata(name))
         kwargs: dict[str, Any] = dict(
             Bucket=self.bucket,
             Key=obj,
@@ -272,7 +234,7 @@ class S3Backend:
         Raises:
             BackendError: S3 failed.
         """
-        obj, _ = self._object(name)
+        obj, _ = self._names.object(name)
         with _mapped(name, "get"):
             try:
                 response = self._client.get_object(Bucket=self.bucket, Key=obj)
@@ -296,12 +258,12 @@ class S3Backend:
         etag = _etag(token)
         if not etag:
             raise TokenMismatch(f"{name!r} is not at ETag {token.value!r}")
-        obj, _ = self._object(name)
+        obj, _ = self._names.object(name)
         with _mapped(name, "delete", conditional=True):
             self._client.delete_object(Bucket=self.bucket, Key=obj, IfMatch=etag)
 
     def _pages(self, prefix: str) -> Iterator[list[dict[str, Any]]]:
-        query = self._query_prefix(prefix)
+        query = self._names.query_prefix(prefix)
         kwargs: dict[str, Any] = dict(Bucket=self.bucket, Prefix=query, MaxKeys=self._page_size)
         while True:
             with _mapped(prefix, "list"):
@@ -315,7 +277,7 @@ class S3Backend:
         rest = obj[len(self._root) :] if obj.startswith(self._root) else None
         if rest is None:
             return None
-        if _HASHED in rest:  # a long name: its metadata has it
+        if HASHED in rest:  # a long name: its metadata has it
             with _mapped(obj, "head"):
                 try:
                     head = self._client.head_object(Bucket=self.bucket, Key=obj)
@@ -323,7 +285,7 @@ class S3Backend:
                     if _is_absent(exc):
                         return None
                     raise
-            name = self._name_of(obj, head.get("Metadata"))
+            name = self._names.name_of(obj, head.get("Metadata"))
         else:
             name = rest
         return name if name is not None and name.startswith(prefix) else None
@@ -350,13 +312,13 @@ class S3Backend:
             for item in page:
                 obj = str(item["Key"])
                 rest = obj[len(self._root) :] if obj.startswith(self._root) else None
-                if rest is None or (_HASHED not in rest and not rest.startswith(prefix)):
+                if rest is None or (HASHED not in rest and not rest.startswith(prefix)):
                     continue
                 head = self._head(obj, size)
                 if head is None:
                     continue
                 data, metadata, etag, full = head
-                name = self._name_of(obj, metadata)
+                name = self._names.name_of(obj, metadata)
                 if name is not None and name.startswith(prefix):
                     yield name, data, etag, full
 
