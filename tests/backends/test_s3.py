@@ -18,7 +18,8 @@ import pytest
 
 import berth
 from berth.testing import StoreContract, make_envelope
-from tests.conftest import _free_port, _wait_http, unavailable
+from tests._net import free_port, wait_http
+from tests.conftest import unavailable
 from tests.fakes.proxy import FaultyProxy
 
 boto3 = pytest.importorskip("boto3")
@@ -318,14 +319,14 @@ def _start_moto(port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    if not _wait_http(f"http://127.0.0.1:{port}/moto-api/"):
+    if not wait_http(f"http://127.0.0.1:{port}/moto-api/"):
         proc.kill()
         unavailable("moto", f"a private moto_server did not start on port {port}")
     return proc
 
 
 def test_stopping_the_server_mid_loop_is_a_backend_error_never_a_false_success() -> None:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = _start_moto(port)
     try:

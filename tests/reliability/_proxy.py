@@ -11,7 +11,6 @@ import contextlib
 import select
 import socket
 import threading
-import time
 
 __all__ = ["FaultProxy"]
 
@@ -139,15 +138,3 @@ def _close(s: socket.socket) -> None:
         s.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(OSError):
         s.close()
-
-
-def wait_port(host: str, port: int, timeout: float = 10.0) -> bool:
-    """Whether a TCP connection to host:port succeeds within `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection((host, port), timeout=0.5).close()
-            return True
-        except OSError:
-            time.sleep(0.05)
-    return False

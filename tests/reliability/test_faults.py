@@ -29,7 +29,6 @@ import random
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -45,9 +44,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import pytest
 
 import berth
+from tests._net import free_port, wait_port
 
 from ._common import Result, Timer, big_envelope
-from ._proxy import FaultProxy, wait_port
+from ._proxy import FaultProxy
 
 KEYS = [f"fault/{i}" for i in range(8)]
 Unset = object()
@@ -152,7 +152,7 @@ class PrivateServer:
 
     def __init__(self, root: Path):
         self.root = root
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.lock = threading.Lock()
 
@@ -279,12 +279,6 @@ class PrivatePostgres(PrivateServer):
             lambda p: f"postgresql://postgres@127.0.0.1:{p}/postgres?pool_timeout=3&connect_timeout=3",
             {},
         )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _Crashes:
