@@ -279,7 +279,7 @@ class Store:
             )
         return env
 
-    def _build(self, key: str, env: Envelope, *, sealer: Sealer | None = None) -> bytes:
+    def _build(self, key: str, env: Envelope) -> bytes:
         if not isinstance(env, Envelope):
             raise InvalidEnvelope(
                 f"save at {where(self.identity, key)} needs a berth.Envelope, got {type(env).__name__}",
@@ -295,7 +295,7 @@ class Store:
             )
         created_at = env.created_at or self._clock()
         body = encode_envelope(env, created_at)
-        return self._seal(key, env, created_at, body, sealer or self.sealer)
+        return self._seal(key, env, created_at, body, self.sealer)
 
     def _seal(self, key: str, env: Envelope, created_at: datetime, body: bytes, sealer: Sealer) -> bytes:
         if len(body) > self.max_envelope_bytes:
