@@ -54,3 +54,14 @@ def test_nonces_are_fresh_per_seal() -> None:
     sealer = berth.AesGcmSealer(berth.Keyring.generate())
     a, b = sealer.seal(b"same", aad=b"x"), sealer.seal(b"same", aad=b"x")
     assert a != b
+
+
+def test_split_aad_inverts_build_aad() -> None:
+    from berth._frame import build_aad, encode_header, split_aad
+
+    frame = (VECTORS / "plaintext.frame").read_bytes()
+    header, end = peek_header(frame, kat.IDENTITY, kat.KEY)
+    head = encode_header(header)
+    assert split_aad(build_aad(head, "tenant-a", "ünï/k#1")) == ("tenant-a", "ünï/k#1")
+    assert split_aad(b"not an aad") is None
+    assert split_aad(build_aad(head, "a", "b") + b"x") is None

@@ -29,6 +29,7 @@ __all__ = [
     "header_size",
     "parse_frame",
     "peek_header",
+    "split_aad",
 ]
 
 MAGIC = b"\x89BERTH\r\n"
@@ -112,6 +113,21 @@ def header_size(data: bytes | memoryview) -> int | None:
         return None
     hlen: int = _PREFIX.unpack_from(data)[2]
     return PREFIX_SIZE + hlen
+
+
+def split_aad(aad: bytes | memoryview) -> tuple[str, str] | None:
+    """The identity and key bound in a store's associated data (`build_aad`'s inverse), or None."""
+    view = memoryview(aad)
+    n = header_size(view)
+    if n is None or len(view) < n + 2:
+        return None
+    i_end = n + 2 + int.from_bytes(view[n : n + 2], "big")
+    if len(view) < i_end + 2 or i_end + 2 + int.from_bytes(view[i_end : i_end + 2], "big") != len(view):
+        return None
+    try:
+        return bytes(view[n + 2 : i_end]).decode(), bytes(view[i_end + 2 :]).decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def peek_header(data: bytes | memoryview, identity: str, key: str) -> tuple[Header, int]:

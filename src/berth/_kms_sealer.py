@@ -28,7 +28,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from berth._errors import BackendError, IntegrityError
-from berth._frame import header_size
+from berth._frame import split_aad
 from berth.kms._base import CONTEXT_IDENTITY, CONTEXT_KEY, Kms, Wrapped
 
 __all__ = ["KmsSealer", "wrap_context"]
@@ -44,19 +44,10 @@ _LARGE = 1 << 20
 
 def wrap_context(aad: bytes | memoryview) -> dict[str, str]:
     """The KMS context for a seal's associated data: the frame's identity and key when `aad` is a store's."""
-    view = memoryview(aad)
-    n = header_size(view)
-    if n is not None and len(view) >= n + 2:
-        i_end = n + 2 + int.from_bytes(view[n : n + 2], "big")
-        if len(view) >= i_end + 2 and i_end + 2 + int.from_bytes(view[i_end : i_end + 2], "big") == len(view):
-            try:
-                identity = bytes(view[n + 2 : i_end]).decode()
-                key = bytes(view[i_end + 2 :]).decode()
-            except UnicodeDecodeError:
-                pass
-            else:
-                return {CONTEXT_IDENTITY: identity, CONTEXT_KEY: key}
-    return {"berth:aad-sha256": hashlib.sha256(view).hexdigest()}
+    bound = split_aad(aad)
+    if bound is not None:
+        return {CONTEXT_IDENTITY: bound[0], CONTEXT_KEY: bound[1]}
+    return {"berth:aad-sha256": hashlib.sha256(aad).hexdigest()}
 
 
 class KmsSealer:
