@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import os
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import pairwise
 from pathlib import Path
 
 import msgspec
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from berth._errors import IntegrityError
@@ -20,6 +22,51 @@ _NONCE = 12
 _TAG = 16
 _FORMAT = 1
 _KEYRING_FORMAT = 1
+_STREAM = 1 << 20  # bodies from this size are encrypted and decrypted piece by piece, never copied whole
+
+
+def gcm_seal_parts(key: bytes, aead: AESGCM, nonce: bytes, head: bytes, parts: Sequence[bytes], aad: bytes) -> bytes:
+    """`head`, then AES-256-GCM of the concatenation of `parts`, then the tag.
+
+    A small body is joined and sealed in one call; a large one is encrypted part
+    by part straight into the output, so the payload is never copied into a
+    joined buffer first.
+    """
+    total = sum(map(len, parts))
+    if total < _STREAM:
+        return b"".join((head, aead.encrypt(nonce, parts[0] if len(parts) == 1 else b"".join(parts), aad)))
+    out = bytearray(len(head) + total + _TAG)
+    view = memoryview(out)
+    view[: len(head)] = head
+    enc = Cipher(algorithms.AES(key), modes.GCM(nonce)).encryptor()
+    enc.authenticate_additional_data(aad)
+    at = len(head)
+    for part in parts:  # update_into wants 15 spare bytes past each part: the tag's room gives them
+        at += enc.update_into(part, view[at:])
+    enc.finalize()
+    view[at:] = enc.tag
+    return out  # type: ignore[return-value]  # a bytearray: copying 1 MiB+ to bytes would cost a pass
+
+
+def gcm_open_split(
+    key: bytes, aead: AESGCM, nonce: bytes, sealed: memoryview, aad: bytes, cuts: Sequence[int]
+) -> list[bytes]:
+    """Decrypt ciphertext + tag and return the plaintext cut at the offsets `cuts` (ascending).
+
+    Each piece of a large body is decrypted into its own fresh bytes, so a piece
+    (the state) never needs copying out of the whole; nothing is returned before
+    the tag is verified. Raises `InvalidTag`.
+    """
+    n = len(sealed) - _TAG
+    bounds = (0, *cuts, n)
+    if n < _STREAM:
+        plain = aead.decrypt(nonce, sealed, aad)
+        return [plain[a:b] for a, b in pairwise(bounds)]
+    dec = Cipher(algorithms.AES(key), modes.GCM(nonce, bytes(sealed[n:]))).decryptor()
+    dec.authenticate_additional_data(aad)
+    pieces = [dec.update(sealed[a:b]) for a, b in pairwise(bounds)]
+    dec.finalize()
+    return pieces
 
 
 class _KeyringFile(msgspec.Struct):
@@ -137,7 +184,8 @@ class AesGcmSealer:
         if not isinstance(keyring, Keyring):
             raise TypeError("AesGcmSealer needs a berth.Keyring (Keyring.generate() or Keyring.load(path))")
         self._keyring = keyring
-        self._aead = {kid: AESGCM(keyring.key(kid) or b"") for kid in keyring.key_ids}
+        self._keys = {kid: keyring.key(kid) or b"" for kid in keyring.key_ids}
+        self._aead = {kid: AESGCM(key) for kid, key in self._keys.items()}
         self._nonce: Callable[[], bytes] = lambda: os.urandom(_NONCE)  # tests inject a fixed nonce here
 
     @property
@@ -152,22 +200,22 @@ class AesGcmSealer:
 
     def seal(self, plaintext: bytes, *, aad: bytes) -> bytes:
         """Encrypt under the primary key with a fresh random nonce."""
-        return self._seal_after(b"", plaintext, aad=aad)
+        return self._seal_parts(b"", (plaintext,), aad=aad)
 
-    def _seal_after(self, prefix: bytes, plaintext: bytes, *, aad: bytes) -> bytes:
-        """`prefix` then the sealed bytes, encrypted straight into one buffer (the store's frame head)."""
+    def _seal_parts(self, prefix: bytes, parts: Sequence[bytes], *, aad: bytes) -> bytes:
+        """`prefix` (the store's frame head), then the concatenation of `parts` sealed, in one buffer."""
         kid = self._keyring.primary
         nonce = self._nonce()
         kid_b = kid.encode()
-        head = prefix + bytes((_FORMAT, len(kid_b))) + kid_b + nonce
-        ct_len = len(plaintext) + _TAG
-        out = bytearray(len(head) + ct_len)
-        out[: len(head)] = head
-        self._aead[kid].encrypt_into(nonce, plaintext, aad, memoryview(out)[len(head) :])
-        return bytes(out) if len(out) < 1 << 20 else out  # type: ignore[return-value]
+        head = b"".join((prefix, bytes((_FORMAT, len(kid_b))), kid_b, nonce))
+        return gcm_seal_parts(self._keys[kid], self._aead[kid], nonce, head, parts, aad)
 
     def open(self, sealed: bytes, *, aad: bytes) -> bytes:
         """Decrypt with whichever held key the sealed bytes name; `IntegrityError` otherwise."""
+        return self._open_split(sealed, (), aad=aad)[0]
+
+    def _open_split(self, sealed: bytes | memoryview, cuts: Sequence[int], *, aad: bytes) -> list[bytes]:
+        """`open`, with the plaintext returned cut at the offsets `cuts` (the store's envelope and state)."""
         view = memoryview(sealed)
         if len(view) < 2 or view[0] != _FORMAT:
             raise IntegrityError("not an aes-gcm sealed body")
@@ -182,14 +230,10 @@ class AesGcmSealer:
         aead = self._aead.get(kid)
         if aead is None:
             raise IntegrityError(f"sealed under key id {kid!r}, which this keyring does not hold")
-        nonce = bytes(view[2 + n : start])
-        out = bytearray(len(view) - start - _TAG)
         try:
-            aead.decrypt_into(nonce, view[start:], aad, out)
+            return gcm_open_split(self._keys[kid], aead, bytes(view[2 + n : start]), view[start:], aad, cuts)
         except InvalidTag:
             raise IntegrityError("aes-gcm authentication failed: tampered, moved or wrong key") from None
-        # Large bodies stay in the buffer they were decrypted into: no second copy.
-        return bytes(out) if len(out) < 1 << 20 else out  # type: ignore[return-value]
 
     def can_open(self, sealer: str, key_id: str) -> bool:
         """True for aes-gcm frames under a key this keyring holds."""

@@ -230,13 +230,14 @@ class _WireCall(msgspec.Struct, forbid_unknown_fields=False):
     input: msgspec.Raw
 
 
-class _WireEnvelope(msgspec.Struct, omit_defaults=False):
+class _WireMeta(msgspec.Struct):
+    """Every envelope member but `provider_state`, in the order they are written."""
+
     version: int
     provider: str
     model: str
     config_digest: str
     run_id: str
-    provider_state: msgspec.Raw
     loop_state: msgspec.Raw  # JSON null when absent
     pending_calls: list[_WireCall]
     turn: int
@@ -248,34 +249,75 @@ class _WireEnvelope(msgspec.Struct, omit_defaults=False):
     labels: dict[str, str]
 
 
+class _WireEnvelope(_WireMeta):
+    """The whole envelope; `provider_state` is written last (a subclass's fields follow its base's)."""
+
+    provider_state: msgspec.Raw
+
+
+_meta_decoder = msgspec.json.Decoder(_WireMeta)
 _wire_decoder = msgspec.json.Decoder(_WireEnvelope)
+
+STATE_MEMBER = b',"provider_state":'
+"""What ends the body's prefix: the envelope JSON is prefix + provider_state + `}`."""
+
+
+def encode_body(env: Envelope, created_at: datetime) -> tuple[bytes, bytes]:
+    """The envelope JSON in two parts, the state carried verbatim: `(prefix, state)`.
+
+    The body is `prefix + state + b"}"`, one JSON object whose last member is
+    `provider_state`; keeping the parts apart lets a sealer encrypt them without
+    first copying the state into one buffer, and lets a load cut the state back
+    out by its length instead of scanning it.
+    """
+    meta = _encoder.encode(
+        _WireMeta(
+            version=env.version,
+            provider=env.provider,
+            model=env.model,
+            config_digest=env.config_digest,
+            run_id=env.run_id,
+            loop_state=msgspec.Raw(b"null" if env.loop_state is None else env.loop_state),
+            pending_calls=[_WireCall(c.id, c.name, msgspec.Raw(c.input)) for c in env.pending_calls],
+            turn=env.turn,
+            remaining_turns=env.remaining_turns,
+            reason=env.reason,
+            trace_id=env.trace_id,
+            deadline=env.deadline,
+            created_at=created_at,
+            labels=dict(env.labels),
+        )
+    )
+    return meta[:-1] + STATE_MEMBER, env.provider_state
 
 
 def encode_envelope(env: Envelope, created_at: datetime) -> bytes:
-    """The envelope as JSON bytes; raw fields are copied in, never re-encoded."""
-    wire = _WireEnvelope(
-        version=env.version,
-        provider=env.provider,
-        model=env.model,
-        config_digest=env.config_digest,
-        run_id=env.run_id,
-        provider_state=msgspec.Raw(env.provider_state),
-        loop_state=msgspec.Raw(b"null" if env.loop_state is None else env.loop_state),
-        pending_calls=[_WireCall(c.id, c.name, msgspec.Raw(c.input)) for c in env.pending_calls],
-        turn=env.turn,
-        remaining_turns=env.remaining_turns,
-        reason=env.reason,
-        trace_id=env.trace_id,
-        deadline=env.deadline,
-        created_at=created_at,
-        labels=dict(env.labels),
-    )
-    return _encoder.encode(wire)
+    """The envelope as one JSON document (the body `encode_body` describes)."""
+    prefix, state = encode_body(env, created_at)
+    return b"".join((prefix, state, b"}"))
+
+
+def decode_body(prefix: bytes | memoryview, state: bytes) -> Envelope:
+    """The envelope from a body cut in two (`encode_body`'s inverse); `state` is kept as it is.
+
+    Raises `msgspec.DecodeError`/`ValidationError` on a prefix that is not one `encode_body` writes.
+    """
+    n = len(prefix) - len(STATE_MEMBER)
+    if n < 2 or bytes(prefix[n:]) != STATE_MEMBER:
+        raise msgspec.DecodeError("the envelope does not end with provider_state")
+    return _from_wire(_meta_decoder.decode(b"".join((prefix[:n], b"}"))), state)
 
 
 def decode_envelope(data: bytes | memoryview) -> Envelope:
-    """Decode envelope JSON; raises `msgspec.ValidationError`/`DecodeError` on bad input."""
+    """Decode envelope JSON with its members in any order (it scans `provider_state`).
+
+    Raises `msgspec.ValidationError`/`DecodeError` on bad input.
+    """
     w = _wire_decoder.decode(data)
+    return _from_wire(w, bytes(w.provider_state))
+
+
+def _from_wire(w: _WireMeta, provider_state: bytes) -> Envelope:
     env = Envelope.__new__(Envelope)
     set_ = object.__setattr__
     set_(env, "version", w.version)
@@ -283,7 +325,7 @@ def decode_envelope(data: bytes | memoryview) -> Envelope:
     set_(env, "model", w.model)
     set_(env, "config_digest", w.config_digest)
     set_(env, "run_id", w.run_id)
-    set_(env, "provider_state", bytes(w.provider_state))
+    set_(env, "provider_state", provider_state)
     loop = bytes(w.loop_state)
     set_(env, "loop_state", None if loop == b"null" else loop)
     calls = []

@@ -6,6 +6,10 @@ The header is cleartext so that listing and sweeping need no keys. The seal's
 associated data is everything before the body plus the identity and key the
 store expects, so a frame that was changed, or moved to another key or
 identity, does not open.
+
+The body is the envelope as one JSON object whose last member is
+`provider_state`; the header's `state_len` says how long that state is, so a
+load takes the state out of the opened body by its offset, without scanning it.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ PREFIX_SIZE = _PREFIX.size
 MAX_HEADER = 64 * 1024
 
 
-class _WireHeader(msgspec.Struct):
+class _WireHeader(msgspec.Struct, omit_defaults=True):
     format: int
     identity: str
     key: str
@@ -50,6 +54,7 @@ class _WireHeader(msgspec.Struct):
     sealer: str
     key_id: str
     body_len: int
+    state_len: int | None = None  # absent in frames whose body holds provider_state anywhere
 
 
 _header_decoder = msgspec.json.Decoder(_WireHeader)
@@ -69,6 +74,7 @@ class Header:
     sealer: str
     key_id: str
     body_len: int
+    state_len: int | None = None
 
     @property
     def sealed_by(self) -> str:
@@ -90,6 +96,7 @@ def encode_header(h: Header) -> bytes:
             h.sealer,
             h.key_id,
             h.body_len,
+            h.state_len,
         )
     )
     if len(js) > MAX_HEADER:
@@ -134,7 +141,8 @@ def peek_header(data: bytes | memoryview, identity: str, key: str) -> tuple[Head
     """Parse the header only (no keys needed); returns it and the body's offset.
 
     `data` may be just the first bytes of the frame: listing reads only heads.
-    `body_len` is the length of the envelope JSON, checked once the body is opened.
+    `body_len` is the length of the envelope JSON, checked once the body is opened;
+    `state_len` the length of `provider_state`, which ends the envelope JSON.
     """
     view = memoryview(data)
     where = _where(identity, key)
@@ -166,6 +174,7 @@ def peek_header(data: bytes | memoryview, identity: str, key: str) -> tuple[Head
         w.sealer,
         w.key_id,
         w.body_len,
+        w.state_len,
     )
     return header, end
 

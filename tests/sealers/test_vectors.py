@@ -28,3 +28,13 @@ def test_committed_kms_vector_opens_with_the_kek_alone() -> None:
     parked = store.load(kat.KEY, allow_expired=True)
     assert parked is not None and parked.envelope == kat.envelope()
     assert next(store.list()).sealed_by == f"kms:{kv.KEK_ID}"
+
+
+def test_legacy_kms_vector_without_a_state_length_still_opens() -> None:
+    legacy = FRAME.with_name("legacy-kms-local.frame").read_bytes()
+    assert b'"state_len"' not in legacy
+    sealer = berth.KmsSealer(LocalKms(berth.Keyring({kv.KEK_ID: kv.KEK}, kv.KEK_ID)))
+    store = berth.Store(MemoryBackend(), identity=kat.IDENTITY, sealer=sealer)
+    store.backend.put(f"{kat.IDENTITY}/{kat.KEY}", legacy)
+    parked = store.load(kat.KEY, allow_expired=True)
+    assert parked is not None and parked.envelope == kat.envelope()
