@@ -28,6 +28,36 @@ def test_json_values_are_encoded_once() -> None:
     assert env.loop_state == b"[1,2]"
 
 
+def _nested(depth: int) -> list[object]:
+    value: list[object] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "encoded"),
+    [
+        ({1: "a"}, b'{"1":"a"}'),  # integer keys
+        ([2**70], b"[1180591620717411303424]"),  # beyond 64 bits: exact in the bytes
+        ({"deep": _nested(300)}, None),  # nesting past orjson's 254 levels
+    ],
+    ids=["int-keys", "big-int", "deep"],
+)
+def test_values_the_fast_encoder_refuses_are_still_encoded(value: object, encoded: bytes | None) -> None:
+    env = berth.Envelope(provider_state=value)
+    if encoded is not None:
+        assert env.provider_state == encoded
+    assert env.provider_state.count(b"[") == str(value).count("[")
+
+
+def test_unencodable_values_are_refused() -> None:
+    with pytest.raises(berth.InvalidEnvelope, match="provider_state cannot be encoded"):
+        berth.Envelope(provider_state={"when": object()})
+    with pytest.raises(berth.InvalidEnvelope, match="lone surrogate"):
+        berth.Envelope(provider_state=["\ud800"])
+
+
 def test_loop_state_none_and_json_null_are_kept_apart() -> None:
     assert decode_envelope(encode_envelope(berth.Envelope(provider_state={}), NOW)).loop_state is None
 

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 import msgspec
+import orjson
 
 from berth._errors import ConfigDrift, Expired, InvalidEnvelope
 
@@ -39,8 +40,10 @@ def _raw_json(value: Any, what: str) -> bytes:
     """Encode a JSON value once, or validate bytes that already are JSON.
 
     Bytes are kept verbatim but for surrounding JSON whitespace, which no encoding
-    of the envelope could carry. Non-finite floats have no JSON form: msgspec
-    encodes them as null, as orjson does.
+    of the envelope could carry. Values are encoded with orjson (the fastest here,
+    hot and cold); what it refuses but JSON can hold (integer dict keys, integers
+    beyond 64 bits, sets, nesting past 254 levels) is encoded by msgspec instead.
+    Non-finite floats have no JSON form: both encode them as null.
     """
     if isinstance(value, (bytes, bytearray, memoryview, msgspec.Raw)):
         data = bytes(value).strip(_JSON_SPACE)
@@ -50,16 +53,20 @@ def _raw_json(value: Any, what: str) -> bytes:
             raise InvalidEnvelope(f"{what} is not valid JSON: {exc}") from None
         return data
     try:
+        return orjson.dumps(value)
+    except TypeError:
+        pass
+    try:
         return _encoder.encode(value)
-    except (TypeError, msgspec.EncodeError) as exc:
+    except (TypeError, msgspec.EncodeError, RecursionError) as exc:
         raise InvalidEnvelope(f"{what} cannot be encoded as JSON: {exc}") from None
     except UnicodeEncodeError:  # a lone surrogate: not UTF-8, so not JSON
         raise InvalidEnvelope(f"{what} cannot be encoded as JSON: a string holds a lone surrogate") from None
 
 
 def _aware(value: object, what: str) -> datetime | None:
-    if value is None:
-        return None
+    if value is None or (type(value) is datetime and value.tzinfo is timezone.utc):
+        return value
     if not isinstance(value, datetime):
         raise InvalidEnvelope(f"{what} must be a datetime, got {type(value).__name__}")
     offset = value.utcoffset() if value.tzinfo is not None else None
@@ -72,6 +79,8 @@ def _aware(value: object, what: str) -> datetime | None:
 
 def _is_str(value: object) -> bool:
     """A str that is valid UTF-8 (no lone surrogates), so it can be encoded."""
+    if type(value) is str and value.isascii():
+        return True
     if not isinstance(value, str):
         return False
     try:
@@ -84,6 +93,37 @@ def _is_str(value: object) -> bool:
 def _check(cond: bool, message: str) -> None:
     if not cond:
         raise InvalidEnvelope(message)
+
+
+def _calls(calls: object) -> tuple[PendingCall, ...]:
+    if type(calls) is not tuple:
+        _check(
+            isinstance(calls, Iterable) and not isinstance(calls, (str, bytes, Mapping)),
+            "pending_calls must be a list of PendingCall",
+        )
+        calls = tuple(calls)  # type: ignore[arg-type]
+    for call in calls:
+        _check(isinstance(call, PendingCall), "pending_calls must hold PendingCall objects")
+    return calls
+
+
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})
+
+
+def _labels(labels: object) -> Mapping[str, str]:
+    if labels is None:
+        return _NO_LABELS
+    _check(isinstance(labels, Mapping), "labels must be a dict of str to str")
+    assert isinstance(labels, Mapping)
+    if not labels:
+        return _NO_LABELS
+    _check(len(labels) <= _LABELS_MAX, f"at most {_LABELS_MAX} labels")
+    for k, v in labels.items():
+        _check(
+            _is_str(k) and _is_str(v) and 0 < len(k) <= _LABEL_MAX and len(v) <= _LABEL_MAX,
+            f"labels are non-empty str keys and str values of at most {_LABEL_MAX} characters",
+        )
+    return MappingProxyType(dict(labels))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +141,8 @@ class PendingCall:
         object.__setattr__(self, "input", _raw_json(input, f"pending call {id!r} input"))
 
     def input_value(self) -> Any:
-        """The call's input decoded from JSON."""
-        return msgspec.json.decode(self.input)
+        """The call's input decoded from JSON (as `Envelope.state` decodes)."""
+        return orjson.loads(self.input)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, init=False)
@@ -150,63 +190,42 @@ class Envelope:
         created_at: datetime | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "provider_state", provider_state)
-        setattr_(self, "version", version)
-        setattr_(self, "provider", provider)
-        setattr_(self, "model", model)
-        setattr_(self, "config_digest", config_digest)
-        setattr_(self, "run_id", run_id)
-        setattr_(self, "loop_state", loop_state)
-        setattr_(self, "pending_calls", pending_calls)
-        setattr_(self, "turn", turn)
-        setattr_(self, "remaining_turns", remaining_turns)
-        setattr_(self, "reason", reason)
-        setattr_(self, "trace_id", trace_id)
-        setattr_(self, "deadline", deadline)
-        setattr_(self, "created_at", created_at)
-        setattr_(self, "labels", {} if labels is None else labels)
-        self._validate()
-
-    def _validate(self) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "provider_state", _raw_json(self.provider_state, "provider_state"))
-        if self.loop_state is not None:
-            loop = _raw_json(self.loop_state, "loop_state")
-            setattr_(self, "loop_state", None if loop == b"null" else loop)  # JSON null is "no loop state"
-        for name in ("provider", "model", "config_digest", "run_id", "reason", "trace_id"):
-            _check(_is_str(getattr(self, name)), f"{name} must be a str (valid UTF-8)")
-        for name in ("version", "turn", "remaining_turns"):
-            value = getattr(self, name)
-            _check(isinstance(value, int) and not isinstance(value, bool), f"{name} must be an int")
-        setattr_(self, "deadline", _aware(self.deadline, "deadline"))
-        setattr_(self, "created_at", _aware(self.created_at, "created_at"))
-        calls = self.pending_calls
-        _check(
-            isinstance(calls, Iterable) and not isinstance(calls, (str, bytes, Mapping)),
-            "pending_calls must be a list of PendingCall",
-        )
-        calls = tuple(calls)
-        for call in calls:
-            _check(isinstance(call, PendingCall), "pending_calls must hold PendingCall objects")
-        setattr_(self, "pending_calls", calls)
-        labels = self.labels
-        _check(isinstance(labels, Mapping), "labels must be a dict of str to str")
-        _check(len(labels) <= _LABELS_MAX, f"at most {_LABELS_MAX} labels")
-        for k, v in labels.items():
-            _check(
-                _is_str(k) and _is_str(v) and 0 < len(k) <= _LABEL_MAX and len(v) <= _LABEL_MAX,
-                f"labels are non-empty str keys and str values of at most {_LABEL_MAX} characters",
-            )
-        setattr_(self, "labels", MappingProxyType(dict(labels)))
+        set_ = object.__setattr__
+        set_(self, "provider_state", _raw_json(provider_state, "provider_state"))
+        if loop_state is not None:
+            loop_state = _raw_json(loop_state, "loop_state")
+            if loop_state == b"null":  # JSON null is "no loop state"
+                loop_state = None
+        set_(self, "loop_state", loop_state)
+        for name, text in (
+            ("provider", provider),
+            ("model", model),
+            ("config_digest", config_digest),
+            ("run_id", run_id),
+            ("reason", reason),
+            ("trace_id", trace_id),
+        ):
+            _check(_is_str(text), f"{name} must be a str (valid UTF-8)")
+            set_(self, name, text)
+        for name, number in (("version", version), ("turn", turn), ("remaining_turns", remaining_turns)):
+            _check(isinstance(number, int) and not isinstance(number, bool), f"{name} must be an int")
+            set_(self, name, number)
+        set_(self, "deadline", _aware(deadline, "deadline"))
+        set_(self, "created_at", _aware(created_at, "created_at"))
+        set_(self, "pending_calls", _calls(pending_calls))
+        set_(self, "labels", _labels(labels))
 
     def replace(self, **changes: Any) -> Envelope:
         """A copy with `changes` applied (the envelope itself is immutable)."""
         return replace(self, **changes)
 
     def state(self) -> Any:
-        """`provider_state` decoded from JSON."""
-        return msgspec.json.decode(self.provider_state)
+        """`provider_state` decoded from JSON, with orjson.
+
+        Integers beyond 64 bits come back as floats (orjson reads them so); a host
+        that parks such numbers decodes the verbatim bytes, `provider_state`, itself.
+        """
+        return orjson.loads(self.provider_state)
 
     def __getstate__(self) -> dict[str, Any]:
         state = {name: getattr(self, name) for name in self.__dataclass_fields__}
