@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 
 from berth._errors import InvalidKey
 
@@ -35,6 +36,7 @@ def validate_key(key: object, identity: str | None = None) -> str:
     return key
 
 
+@lru_cache(maxsize=4096)  # a store checks the same few keys on every save, load and delete
 def _key_problem(key: str) -> str | None:
     if not key:
         return "a key is 1-1024 bytes of UTF-8, this one is empty"

@@ -8,7 +8,6 @@ import secrets
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import pairwise
@@ -116,6 +115,40 @@ def _warn_plaintext(where_: str) -> None:
     )
 
 
+class _BackendCall:
+    """Maps what a backend raises to berth errors naming the identity and key (a class: it runs on every call)."""
+
+    __slots__ = ("identity", "key", "what")
+
+    def __init__(self, identity: str, key: str, what: str):
+        self.identity, self.key, self.what = identity, key, what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is None or not isinstance(exc, Exception):
+            return
+        identity, key = self.identity, self.key
+        if isinstance(exc, TokenMismatch):
+            raise TokenMismatch(
+                f"{self.what} lost at {where(identity, key)}: the token no longer matches what is parked",
+                identity=identity,
+                key=key,
+            ) from exc
+        if isinstance(exc, BerthError):
+            if exc.key is None:
+                exc.identity, exc.key = identity, key
+                if "key" not in str(exc):
+                    exc.args = (f"{exc} ({where(identity, key)})",)
+            return
+        raise BackendError(
+            f"{self.what} failed at {where(identity, key)}: {type(exc).__name__}: {exc}",
+            identity=identity,
+            key=key,
+        ) from exc
+
+
 class Store:
     """Parks sealed envelopes under keys of one identity, in one backend.
 
@@ -188,28 +221,9 @@ class Store:
     def _name(self, key: str) -> str:
         return self._prefix + validate_key(key, self.identity)
 
-    @contextmanager
-    def _backend_call(self, key: str, what: str) -> Iterator[None]:
-        try:
-            yield
-        except TokenMismatch as exc:
-            raise TokenMismatch(
-                f"{what} lost at {where(self.identity, key)}: the token no longer matches what is parked",
-                identity=self.identity,
-                key=key,
-            ) from exc
-        except BerthError as exc:
-            if exc.key is None:
-                exc.identity, exc.key = self.identity, key
-                if "key" not in str(exc):
-                    exc.args = (f"{exc} ({where(self.identity, key)})",)
-            raise
-        except Exception as exc:
-            raise BackendError(
-                f"{what} failed at {where(self.identity, key)}: {type(exc).__name__}: {exc}",
-                identity=self.identity,
-                key=key,
-            ) from exc
+    def _backend_call(self, key: str, what: str) -> _BackendCall:
+        """A `with` block whose errors come out as berth errors naming this store's identity and `key`."""
+        return _BackendCall(self.identity, key, what)
 
     def _sealer_for(self, header: Header, key: str) -> Sealer:
         if header.sealer == PlaintextSealer.name:

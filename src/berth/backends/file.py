@@ -166,8 +166,7 @@ class FileBackend:
         if found is None:
             return None
         view, gen, _ = found
-        data = bytes(view) if len(view) < 1 << 20 else view
-        return data, Token(gen)  # type: ignore[return-value]
+        return view, Token(gen)  # type: ignore[return-value]  # a view past the backend's head: no copy
 
     # --- writing -----------------------------------------------------------------------
 

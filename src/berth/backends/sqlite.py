@@ -15,7 +15,6 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -35,12 +34,20 @@ CREATE TABLE IF NOT EXISTS berth_frames (
 _PAGE = 256
 
 
-@contextmanager
-def _mapped(name: str) -> Iterator[None]:
-    try:
-        yield
-    except sqlite3.Error as exc:
-        raise BackendError(f"sqlite backend failed on {name!r}: {exc}") from exc
+class _mapped:  # noqa: N801 - used as `with _mapped(name):`; a class, not @contextmanager: it runs on every call
+    """sqlite3 errors inside the block come out as BackendError naming `name`."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, sqlite3.Error):
+            raise BackendError(f"sqlite backend failed on {self.name!r}: {exc}") from exc
 
 
 class SqliteBackend:
