@@ -75,3 +75,45 @@ def test_large_bodies_round_trip() -> None:
     sealer = berth.AesGcmSealer(berth.Keyring.generate())
     data = os.urandom(3 << 20)
     assert bytes(sealer.open(sealer.seal(data, aad=b"a"), aad=b"a")) == data
+
+
+# --- large bodies: sealed and opened piece by piece -------------------------------------
+
+BIG = 3 * (1 << 20) + 5  # above the 1 MiB streaming threshold, not a multiple of the AES block
+
+
+def test_large_bodies_stream_to_the_same_bytes_one_shot_aes_gcm_reads() -> None:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from berth._aesgcm import gcm_open_split, gcm_seal_parts
+
+    key, nonce = bytes(range(32)), bytes(12)
+    parts = (b"head-of-body:", os.urandom(BIG), b"}")
+    joined = b"".join(parts)
+    sealed = gcm_seal_parts(key, AESGCM(key), nonce, b"FRAME", parts, b"aad")
+    assert isinstance(sealed, bytearray) and sealed[:5] == b"FRAME"
+    assert bytes(sealed[5:]) == AESGCM(key).encrypt(nonce, joined, b"aad")  # same GCM, streamed
+    cuts = (len(parts[0]), len(parts[0]) + BIG)
+    pieces = gcm_open_split(key, AESGCM(key), nonce, memoryview(sealed)[5:], b"aad", cuts)
+    assert pieces == list(parts) and all(type(p) is bytes for p in pieces)
+
+
+@pytest.mark.parametrize("where", [0, BIG // 2, BIG + 20, -1])
+def test_a_changed_byte_in_a_large_body_fails_to_open(where: int) -> None:
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    sealed = bytearray(sealer.seal(os.urandom(BIG), aad=b"a"))
+    sealed[where] ^= 1
+    with pytest.raises(berth.IntegrityError):
+        sealer._open_split(sealed, (10, BIG - 10), aad=b"a")
+
+
+def test_large_state_round_trips_through_a_store_as_bytes() -> None:
+    store = berth.open_store("memory://", identity="big", sealer=berth.AesGcmSealer(berth.Keyring.generate()))
+    state = b"[" + b",".join(b'"%d"' % i for i in range(400_000)) + b"]"
+    assert len(state) > 1 << 20
+    store.save("k", berth.Envelope(provider_state=state, run_id="r"))
+    parked = store.load("k")
+    assert parked is not None
+    assert type(parked.envelope.provider_state) is bytes and parked.envelope.provider_state == state
+    claimed = store.claim("k")
+    assert claimed is not None and claimed.provider_state == state and store.load("k") is None

@@ -123,3 +123,36 @@ def test_setup_delegates_to_a_backend_that_has_one() -> None:
     berth.Store(WithSchema(), identity="a", sealer=berth.PlaintextSealer()).setup()
     assert calls == ["setup"]
     berth.open_store("memory://", identity="a", sealer=berth.PlaintextSealer()).setup()  # nothing to do
+
+
+def _forged_plaintext_frame(state_len: int) -> bytes:
+    """A plaintext frame whose header states `state_len`, its checksum recomputed (plaintext can be forged)."""
+    import hashlib
+
+    from berth._frame import PREFIX_SIZE, build_aad, peek_header
+
+    store = berth.Store(berth.backends.memory.MemoryBackend(), identity="t", sealer=berth.PlaintextSealer())
+    store.save("k", berth.Envelope(provider_state={"a": 1}, run_id="r"))
+    found = store.backend.get("t/k")
+    assert found is not None
+    frame = bytes(found[0])
+    header, end = peek_header(frame, "t", "k")
+    head = frame[:end].replace(b'"state_len":%d' % header.state_len, b'"state_len":%d' % state_len)
+    head = head[:9] + (len(head) - PREFIX_SIZE).to_bytes(4, "big") + head[13:]
+    body = frame[end:-32]
+    aad = build_aad(head, "t", "k")
+    digest = hashlib.sha256(len(aad).to_bytes(8, "big") + aad + body).digest()
+    return head + body + digest
+
+
+@pytest.mark.parametrize(
+    ("state_len", "error"),
+    [(10_000, berth.IntegrityError), (0, berth.IntegrityError), (6, berth.FormatError), (8, berth.FormatError)],
+    ids=["longer-than-body", "zero", "cuts-inside-state", "cuts-inside-envelope"],
+)
+def test_a_state_length_that_does_not_fit_its_body_is_refused(state_len: int, error: type[Exception]) -> None:
+    store = berth.Store(berth.backends.memory.MemoryBackend(), identity="t", sealer=berth.PlaintextSealer())
+    store.backend.put("t/k", _forged_plaintext_frame(state_len))
+    with pytest.raises(error, match="identity 't', key 'k'"):
+        store.load("k")
+    assert store.backend.get("t/k") is not None  # left in place
