@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from berth._aesgcm import gcm_open_split, gcm_seal_parts
 from berth._errors import BackendError, IntegrityError
 from berth._frame import split_aad
 from berth.kms._base import CONTEXT_IDENTITY, CONTEXT_KEY, Kms, Wrapped
@@ -39,7 +40,6 @@ _NONCE = 12
 _GCM_TAG = 16
 _DATA_KEY = 32
 MAX_WRAPPED = 8192
-_LARGE = 1 << 20
 
 
 def wrap_context(aad: bytes | memoryview) -> dict[str, str]:
@@ -98,6 +98,10 @@ class KmsSealer:
         Raises:
             BackendError: the KMS is down or refuses to wrap.
         """
+        return self._seal_parts(b"", (plaintext,), aad=aad)
+
+    def _seal_parts(self, prefix: bytes, parts: Sequence[bytes], *, aad: bytes) -> bytes:
+        """`prefix` (the store's frame head), then the concatenation of `parts` sealed, in one buffer."""
         data_key = self._data_key()
         wrapped = self._kms.wrap(data_key, context=wrap_context(aad))
         try:
@@ -120,10 +124,7 @@ class KmsSealer:
                 nonce,
             )
         )
-        out = bytearray(len(head) + len(plaintext) + _GCM_TAG)
-        out[: len(head)] = head
-        AESGCM(data_key).encrypt_into(nonce, plaintext, b"".join((aad, head)), memoryview(out)[len(head) :])
-        return bytes(out) if len(out) < _LARGE else out  # type: ignore[return-value]
+        return gcm_seal_parts(data_key, AESGCM(data_key), nonce, prefix + head, parts, b"".join((aad, head)))
 
     def open(self, sealed: bytes, *, aad: bytes) -> bytes:
         """Unwrap the frame's data key with the KMS and decrypt.
@@ -141,6 +142,10 @@ class KmsSealer:
                 is made), or a wrapped key of the wrong length.
             BackendError: the KMS is down or refuses the caller.
         """
+        return self._open_split(sealed, (), aad=aad)[0]
+
+    def _open_split(self, sealed: bytes | memoryview, cuts: Sequence[int], *, aad: bytes) -> list[bytes]:
+        """`open`, with the plaintext returned cut at the offsets `cuts` (the store's envelope and state)."""
         view = memoryview(sealed)
         wrapped, start = _parse(view)
         if not self._kms.holds(wrapped.key_id):
@@ -152,12 +157,13 @@ class KmsSealer:
             raise IntegrityError(f"the KMS unwrapped a data key of {len(data_key)} bytes, not {_DATA_KEY}")
         nonce = bytes(view[start : start + _NONCE])
         body = view[start + _NONCE :]
-        out = bytearray(len(body) - _GCM_TAG)
+        if len(body) < _GCM_TAG:
+            raise IntegrityError("kms-sealed body is truncated")
+        key = bytes(data_key)
         try:
-            AESGCM(bytes(data_key)).decrypt_into(nonce, body, b"".join((aad, view[: start + _NONCE])), out)
+            return gcm_open_split(key, AESGCM(key), nonce, body, b"".join((aad, view[: start + _NONCE])), cuts)
         except InvalidTag:
             raise IntegrityError("kms-sealed body failed authentication: tampered, moved or wrong key") from None
-        return bytes(out) if len(out) < _LARGE else out  # type: ignore[return-value]
 
     def can_open(self, sealer: str, key_id: str) -> bool:
         """True for kms frames under a KEK the KMS client holds."""

@@ -152,7 +152,22 @@ def test_round_trip_with_any_aad_and_wrong_aad_fails() -> None:
 def test_large_body_round_trip() -> None:
     sealer, _ = _sealer()
     body = bytes(range(256)) * (3 << 12)  # 3 MiB
-    assert bytes(sealer.open(sealer.seal(body, aad=b"x"), aad=b"x")) == body
+    sealed = sealer.seal(body, aad=b"x")
+    assert bytes(sealer.open(sealed, aad=b"x")) == body
+    assert sealer._open_split(sealed, (7, len(body) - 1), aad=b"x") == [body[:7], body[7:-1], body[-1:]]
+    changed = bytearray(sealed)
+    changed[len(changed) // 2] ^= 1
+    with pytest.raises(berth.IntegrityError):
+        sealer.open(changed, aad=b"x")
+
+
+def test_large_state_through_a_kms_sealed_store() -> None:
+    sealer, _ = _sealer()
+    store = berth.Store(MemoryBackend(), identity="big", sealer=sealer)
+    state = b"[" + b",".join(b"%d" % i for i in range(500_000)) + b"]"
+    store.save("k", berth.Envelope(provider_state=state, run_id="r"))
+    claimed = store.claim("k")
+    assert claimed is not None and type(claimed.provider_state) is bytes and claimed.provider_state == state
 
 
 def test_wrap_context_is_the_frames_identity_and_key() -> None:
