@@ -103,7 +103,8 @@ def _calls(calls: object) -> tuple[PendingCall, ...]:
         )
         calls = tuple(calls)  # type: ignore[arg-type]
     for call in calls:
-        _check(isinstance(call, PendingCall), "pending_calls must hold PendingCall objects")
+        if type(call) is not PendingCall and not isinstance(call, PendingCall):
+            raise InvalidEnvelope("pending_calls must hold PendingCall objects")
     return calls
 
 
@@ -117,12 +118,11 @@ def _labels(labels: object) -> Mapping[str, str]:
     assert isinstance(labels, Mapping)
     if not labels:
         return _NO_LABELS
-    _check(len(labels) <= _LABELS_MAX, f"at most {_LABELS_MAX} labels")
+    if len(labels) > _LABELS_MAX:
+        raise InvalidEnvelope(f"at most {_LABELS_MAX} labels")
     for k, v in labels.items():
-        _check(
-            _is_str(k) and _is_str(v) and 0 < len(k) <= _LABEL_MAX and len(v) <= _LABEL_MAX,
-            f"labels are non-empty str keys and str values of at most {_LABEL_MAX} characters",
-        )
+        if not (_is_str(k) and _is_str(v) and 0 < len(k) <= _LABEL_MAX and len(v) <= _LABEL_MAX):
+            raise InvalidEnvelope(f"labels are non-empty str keys and str values of at most {_LABEL_MAX} characters")
     return MappingProxyType(dict(labels))
 
 
@@ -205,10 +205,12 @@ class Envelope:
             ("reason", reason),
             ("trace_id", trace_id),
         ):
-            _check(_is_str(text), f"{name} must be a str (valid UTF-8)")
+            if not _is_str(text):
+                raise InvalidEnvelope(f"{name} must be a str (valid UTF-8)")
             set_(self, name, text)
         for name, number in (("version", version), ("turn", turn), ("remaining_turns", remaining_turns)):
-            _check(isinstance(number, int) and not isinstance(number, bool), f"{name} must be an int")
+            if type(number) is not int and (not isinstance(number, int) or isinstance(number, bool)):
+                raise InvalidEnvelope(f"{name} must be an int")
             set_(self, name, number)
         set_(self, "deadline", _aware(deadline, "deadline"))
         set_(self, "created_at", _aware(created_at, "created_at"))
