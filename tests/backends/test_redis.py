@@ -177,7 +177,6 @@ def test_documented_acl_is_enough(acl_user, fresh_prefix, unchecked) -> None:
         "+script|load",
         "+getrange",
         "+strlen",
-        "+exists",
         "+set",
         "+unlink",
         "+config|get",
@@ -293,6 +292,193 @@ def test_wait_replicas_unmet_is_a_backend_error(open_backend) -> None:
         backend.put("i/k", b"v")
 
 
+def test_wait_replicas_unmet_after_every_kind_of_write(open_backend) -> None:
+    # Each write happened on the primary (WAIT follows it in the same round trip); only the
+    # replicas' acknowledgement is missing, and that is a BackendError naming the key.
+    waiting, plain = open_backend(wait_replicas=1, wait_timeout=20), open_backend()
+    with pytest.raises(berth.BackendError, match="replicas"):
+        waiting.put("i/new", b"absent", if_absent=True)
+    found = plain.get("i/new")
+    assert found is not None and found[0] == b"absent"
+    with pytest.raises(berth.BackendError, match="'i/new'.*replicas"):
+        waiting.put("i/new", b"matched", if_match=found[1])
+    found = plain.get("i/new")
+    assert found is not None and found[0] == b"matched"
+    with pytest.raises(berth.BackendError, match="replicas"):
+        waiting.delete("i/new", found[1])
+    assert plain.get("i/new") is None
+
+
+# --- the stored layout and the conditional writes ---------------------------------------------
+
+
+def test_stored_layout_is_twenty_digits_of_generation_then_the_frame(open_backend, redis_url, fresh_prefix) -> None:
+    backend = open_backend()
+    admin = _admin(redis_url)
+    key = f"{fresh_prefix}frame:i/k"
+    try:
+        for write in (
+            lambda: backend.put("i/k", b"plain"),
+            lambda: backend.put("i/k", b"replaced"),
+            lambda: backend.put("i/k", b"matched", if_match=backend.get("i/k")[1]),
+        ):
+            token = write()
+            data = backend.get("i/k")[0]
+            assert admin.get(key) == b"%020d" % token.value + data
+        backend.delete("i/k", backend.get("i/k")[1])
+        token = backend.put("i/k", b"absent", if_absent=True)
+        assert admin.get(key) == b"%020d" % token.value + b"absent"
+        # A value written in this layout by any earlier berth reads back with its generation.
+        admin.set(key, b"00000000000000000042" + b"older frame")
+        assert backend.get("i/k") == (b"older frame", berth.Token(42))
+        with pytest.raises(berth.TokenMismatch):
+            backend.delete("i/k", berth.Token(41))
+        backend.delete("i/k", berth.Token(42))
+        assert admin.exists(key) == 0
+    finally:
+        admin.close()
+
+
+def test_conditional_puts_write_nothing_when_they_do_not_hold(open_backend) -> None:
+    backend = open_backend()
+    first = backend.put("i/k", b"first", if_absent=True)
+    with pytest.raises(berth.TokenMismatch, match="'i/k' already exists"):
+        backend.put("i/k", b"second", if_absent=True)
+    assert backend.get("i/k") == (b"first", first)
+    with pytest.raises(berth.TokenMismatch, match="'i/k' changed"):
+        backend.put("i/k", b"second", if_match=berth.Token(first.value % (10**19) + 1))
+    with pytest.raises(berth.TokenMismatch):
+        backend.put("i/k", b"second", if_match=first, if_absent=True)
+    assert backend.get("i/k") == (b"first", first)
+    with pytest.raises(berth.TokenMismatch):  # if_match on a name that is not there
+        backend.put("i/gone", b"x", if_match=first)
+    assert backend.get("i/gone") is None
+    second = backend.put("i/k", b"second", if_match=first)
+    assert second != first and backend.get("i/k") == (b"second", second)
+
+
+def test_if_absent_race_has_exactly_one_winner(open_backend) -> None:
+    backends = [open_backend() for _ in range(4)]
+    start = threading.Barrier(len(backends))
+    outcomes: list[object] = []
+
+    def race(backend: RedisBackend, i: int) -> None:
+        start.wait()
+        try:
+            outcomes.append((i, backend.put("i/race", b"%d" % i, if_absent=True)))
+        except berth.TokenMismatch as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=race, args=(b, i)) for i, b in enumerate(backends)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    won = [o for o in outcomes if isinstance(o, tuple)]
+    assert len(outcomes) == len(backends) and len(won) == 1, outcomes
+    i, token = won[0]
+    assert backends[0].get("i/race") == (b"%d" % i, token)
+
+
+def test_scripts_are_loaded_again_after_a_script_flush(open_backend, redis_url) -> None:
+    backend = open_backend()
+    token = backend.put("i/k", b"v")
+    admin = _admin(redis_url)
+    try:
+        admin.script_flush()
+        token = backend.put("i/k", b"w", if_match=token)
+        admin.script_flush()
+        backend.delete("i/k", token)
+    finally:
+        admin.close()
+    assert backend.get("i/k") is None
+
+
+def test_large_frames_come_back_without_a_copy_and_the_store_reads_them(open_backend) -> None:
+    backend = open_backend()
+    small, big = b"s" * 1000, bytes(range(256)) * 8192  # 2 MiB
+    backend.put("i/small", small)
+    token = backend.put("i/big", big)
+    got = backend.get("i/small")
+    assert type(got[0]) is bytes and got[0] == small
+    got = backend.get("i/big")
+    assert isinstance(got[0], memoryview) and got[0] == big and got[1] == token
+    store = _sealed_store(open_backend())
+    blob = "x" * (2 << 20)
+    store.save("k", make_envelope(provider_state={"blob": blob}))
+    parked = store.load("k")
+    assert parked is not None
+    same = parked.envelope.state() == {"blob": blob}  # not in the assert: a failure would print 2 MiB
+    assert same
+    assert [i.key for i in store.list()] == ["k"]
+    claimed = store.claim("k")
+    assert claimed is not None and store.load("k") is None
+
+
+# --- retries: reads only ----------------------------------------------------------------------
+
+
+class _Flaky:
+    """Stands in for the client's execute_command: fails the first `fails` calls with `error`."""
+
+    def __init__(self, real: Callable[..., Any], error: Exception, fails: int):
+        self.real, self.error, self.fails, self.calls = real, error, fails, 0
+
+    def __call__(self, *args: Any, **options: Any) -> Any:
+        self.calls += 1
+        if self.calls <= self.fails:
+            raise self.error
+        return self.real(*args, **options)
+
+
+@pytest.fixture
+def no_pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    pauses: list[float] = []
+    monkeypatch.setattr(redis_backend.time, "sleep", pauses.append)
+    return pauses
+
+
+def test_reads_are_retried_after_connection_errors(open_backend, no_pauses) -> None:
+    backend = open_backend()
+    token = backend.put("i/k", b"v")
+    flaky = _Flaky(backend._command, redis.exceptions.ConnectionError("reset"), fails=2)
+    backend._command = flaky
+    assert backend.get("i/k") == (b"v", token)
+    assert flaky.calls == 3 and no_pauses == [0.05, 0.25]
+    backend._command = _Flaky(flaky.real, redis.exceptions.TimeoutError("slow"), fails=3)
+    with pytest.raises(berth.BackendError, match="could not load 'i/k': TimeoutError"):
+        backend.get("i/k")
+    assert backend._command.calls == 3
+
+
+def test_other_read_errors_are_not_retried(open_backend, no_pauses) -> None:
+    backend = open_backend()
+    flaky = _Flaky(backend._command, redis.exceptions.ResponseError("WRONGTYPE"), fails=1)
+    backend._command = flaky
+    with pytest.raises(berth.BackendError, match="could not load 'i/k': ResponseError"):
+        backend.get("i/k")
+    assert flaky.calls == 1 and no_pauses == []
+
+
+@pytest.mark.parametrize("write", ["put", "put_if_absent", "put_if_match", "delete"])
+def test_writes_are_never_retried(write, open_backend, no_pauses) -> None:
+    backend = open_backend()
+    token = backend.put("i/k", b"v")
+    flaky = _Flaky(backend._command, redis.exceptions.ConnectionError("reset"), fails=1)
+    backend._command = flaky
+    calls = {
+        "put": lambda: backend.put("i/k", b"w"),
+        "put_if_absent": lambda: backend.put("i/new", b"w", if_absent=True),
+        "put_if_match": lambda: backend.put("i/k", b"w", if_match=token),
+        "delete": lambda: backend.delete("i/k", token),
+    }
+    with pytest.raises(berth.BackendError, match="'i/(k|new)': ConnectionError"):
+        calls[write]()
+    assert flaky.calls == 1 and no_pauses == []
+    backend._command = flaky.real
+    assert backend.get("i/k") == (b"v", token) and backend.get("i/new") is None
+
+
 # --- killed connections -----------------------------------------------------------------------
 
 
@@ -301,7 +487,7 @@ def _clients(admin: Any, name: str) -> list[dict[str, Any]]:
 
 
 def _killed_while_paused(url: str, name: str, call: Callable[[], object]) -> object:
-    """Pause writes, start `call`, kill its connection while its script waits, resume."""
+    """Pause writes, start `call`, kill its connection while its write (a script or a SET) waits, resume."""
     admin = _admin(url)
     outcome: list[object] = []
 
@@ -318,7 +504,7 @@ def _killed_while_paused(url: str, name: str, call: Callable[[], object]) -> obj
         deadline = time.monotonic() + 10
         waiting: list[dict[str, Any]] = []
         while not waiting and time.monotonic() < deadline:
-            waiting = [c for c in _clients(admin, name) if c.get("cmd") == "evalsha"]
+            waiting = [c for c in _clients(admin, name) if c.get("cmd") in ("evalsha", "set")]
             time.sleep(0.01)
         assert waiting, "the write never reached the server"
         for client in waiting:
@@ -348,7 +534,7 @@ def test_connection_killed_mid_operation_is_a_backend_error_never_a_false_succes
     outcome = _killed_while_paused(redis_url, name, calls[operation])
     assert isinstance(outcome, berth.BackendError), f"{operation} under a killed connection returned {outcome!r}"
     assert "rd" in str(outcome) and "k" in str(outcome)
-    again = store.load("k")  # the store works again, and the killed script never ran
+    again = store.load("k")  # the store works again, and the killed write never ran
     assert again is not None and again.token == parked.token and again.envelope.run_id == "before"
     assert store.claim("k") is not None and store.load("k") is None
 

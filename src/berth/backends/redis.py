@@ -6,9 +6,10 @@ Keyspace, under a deployment prefix (default `berth:`)::
 
 Every write draws a fresh random 62-bit generation, so a generation never repeats
 for a name, not even after a delete and re-create, and a save is one SET (no
-shared counter to write). Conditional writes
-and deletes are Lua scripts (EVALSHA) that compare the stored generation and
-act in one atomic step. Listing walks the keyspace with `SCAN ... MATCH` (never
+shared counter to write). A save is a plain `SET` (`SET ... NX` when it must
+not exist yet); a save conditional on a generation, and the conditional delete,
+are Lua scripts (EVALSHA) that compare the stored generation and act in one
+atomic step. Listing walks the keyspace with `SCAN ... MATCH` (never
 `KEYS`) and reads only each frame's first bytes (`GETRANGE`). The prefix is one
 run of `A-Z a-z 0-9 . _ -` ending in `:`, so no two prefixes' keys can meet.
 
@@ -29,8 +30,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
@@ -45,12 +45,13 @@ __all__ = ["DurabilityWarning", "RedisBackend"]
 
 log = logging.getLogger("berth")
 
-_T = TypeVar("_T")
 _GEN_DIGITS = 20
 _SCAN_COUNT = 1000
 _PREFIX = re.compile(r"[A-Za-z0-9._-]{1,64}:")
 _GLOB = re.compile(r"([\\*?\[\]])")
 _READ_RETRIES = (0.05, 0.25)  # idempotent reads retry after these pauses; writes never retry
+_RETRIED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+_VIEW_FROM = 1 << 20  # `get` returns frames this large as a view of the reply instead of a copy
 _URL_OPTIONS: dict[str, Callable[[str], Any]] = {
     "prefix": str,
     "check_durability": lambda v: v.lower() in ("1", "true", "yes", "on"),
@@ -61,15 +62,10 @@ _URL_OPTIONS: dict[str, Callable[[str], Any]] = {
 _checked_servers: set[str] = set()
 _checked_lock = threading.Lock()
 
-# KEYS: frame. ARGV: generation (20 digits) + data, mode ("" | "absent" | "match"),
-# expected generation (20 digits).
-_PUT = """
-local mode = ARGV[2]
-if mode == 'absent' then
-  if redis.call('EXISTS', KEYS[1]) == 1 then return false end
-elseif mode == 'match' then
-  if redis.call('GETRANGE', KEYS[1], 0, 19) ~= ARGV[3] then return false end
-end
+# KEYS: frame. ARGV: generation (20 digits) + data, expected generation (20 digits).
+# Only a save conditional on a generation runs it: a plain save is `SET`, `if_absent` is `SET NX`.
+_PUT_IF_MATCH = """
+if redis.call('GETRANGE', KEYS[1], 0, 19) ~= ARGV[2] then return false end
 redis.call('SET', KEYS[1], ARGV[1])
 return 1
 """
@@ -96,12 +92,8 @@ class DurabilityWarning(UserWarning):
     """The Redis server can lose writes it acknowledged (no append-only file, or one never fsynced)."""
 
 
-@contextmanager
-def _mapped(what: str, name: str) -> Iterator[None]:
-    try:
-        yield
-    except redis.exceptions.RedisError as exc:
-        raise BackendError(f"redis backend could not {what} {name!r}: {type(exc).__name__}: {exc}") from exc
+def _failed(what: str, name: str, exc: redis.exceptions.RedisError) -> NoReturn:
+    raise BackendError(f"redis backend could not {what} {name!r}: {type(exc).__name__}: {exc}") from exc
 
 
 def _caller_level() -> int:
@@ -147,7 +139,9 @@ class RedisBackend:
         self.client = client
         self._frames = prefix + "frame:"
         self._wait = (wait_replicas, wait_timeout)
-        self._put = client.register_script(_PUT)
+        self._replicas = wait_replicas
+        self._command: Callable[..., Any] = client.execute_command
+        self._put_if_match = client.register_script(_PUT_IF_MATCH)
         self._delete = client.register_script(_DELETE)
         self._heads = client.register_script(_HEADS)
         if check_durability:
@@ -258,16 +252,23 @@ class RedisBackend:
         return problems
 
     # --- the seam ---------------------------------------------------------------------
+    #
+    # The hot path (save, load, claim) is one redis-py call inside one try block: no
+    # context manager, no closure. Writes are never retried; reads are retried on a
+    # connection error or a timeout only (`_read_again`).
 
-    def _key(self, name: str) -> str:
-        return self._frames + name
+    def _eval(self, script: Any, key: str, *args: Any) -> Any:
+        try:
+            return self._command("EVALSHA", script.sha, 1, key, *args)
+        except redis.exceptions.NoScriptError:  # the script never ran: loading it and running it again is safe
+            script.sha = self.client.script_load(script.script)
+            return self._command("EVALSHA", script.sha, 1, key, *args)
 
-    def _write(self, script: Any, keys: list[str], args: list[Any], name: str) -> Any:
+    def _waited(self, queue: Callable[[Any], object], name: str) -> Any:
+        """Run the write `queue` puts on a pipeline, then `WAIT` for the replicas, in one round trip."""
         replicas, timeout = self._wait
-        if not replicas:
-            return script(keys=keys, args=args)
         pipe = self.client.pipeline(transaction=False)
-        script(keys=keys, args=args, client=pipe)
+        queue(pipe)
         pipe.wait(replicas, timeout)
         result, acked = pipe.execute()
         if int(acked) < replicas:
@@ -277,50 +278,96 @@ class RedisBackend:
             )
         return result
 
-    def _read(self, call: Callable[[], _T]) -> _T:
+    def _read_again(self, exc: redis.exceptions.RedisError, what: str, name: str, call: Callable[[], Any]) -> Any:
+        """`call` (an idempotent read) failed with `exc`: retry it after a connection error or a timeout."""
+        if not isinstance(exc, _RETRIED):
+            _failed(what, name, exc)
         for pause in _READ_RETRIES:
+            time.sleep(pause)
             try:
                 return call()
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
-                time.sleep(pause)
-        return call()
+            except _RETRIED as again:
+                exc = again
+            except redis.exceptions.RedisError as other:
+                _failed(what, name, other)
+        _failed(what, name, exc)
+
+    def _read(self, call: Callable[[], Any], what: str, name: str) -> Any:
+        try:
+            return call()
+        except redis.exceptions.RedisError as exc:
+            return self._read_again(exc, what, name, call)
 
     def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
         """Store `data` under `name` with a new generation (conditionally if asked)."""
-        if if_absent and if_match is not None:
-            raise TokenMismatch(f"{name!r} cannot be both absent and at generation {if_match.value!r}")
         if if_match is not None:
-            if not self._is_gen(if_match):
-                raise TokenMismatch(f"{name!r} is not at generation {if_match.value!r}")
-            expected = _gen_text(int(if_match.value))
-        else:
-            expected = b""
+            return self._put_matching(name, data, if_match, if_absent)
         gen = secrets.randbits(62) + 1
+        key = self._frames + name
         value = b"".join((_gen_text(gen), data))
-        mode = "match" if if_match is not None else "absent" if if_absent else ""
-        with _mapped("save", name):
-            done = self._write(self._put, [self._key(name)], [value, mode, expected], name)
+        # SET replaces the value atomically, as the script did; NX writes nothing if the key exists.
+        args = (key, value, "NX") if if_absent else (key, value)
+        try:
+            if self._replicas:
+                done = self._waited(lambda pipe: pipe.execute_command("SET", *args), name)
+            else:
+                done = self._command("SET", *args)
+        except redis.exceptions.RedisError as exc:
+            _failed("save", name, exc)
+        if not done:
+            raise TokenMismatch(f"{name!r} already exists")
+        return Token(gen)
+
+    def _put_matching(self, name: str, data: bytes, if_match: Token, if_absent: bool) -> Token:
+        if if_absent:
+            raise TokenMismatch(f"{name!r} cannot be both absent and at generation {if_match.value!r}")
+        if not self._is_gen(if_match):
+            raise TokenMismatch(f"{name!r} is not at generation {if_match.value!r}")
+        expected = _gen_text(int(if_match.value))
+        gen = secrets.randbits(62) + 1
+        key = self._frames + name
+        value = b"".join((_gen_text(gen), data))
+        try:
+            if self._replicas:
+                done = self._waited(
+                    lambda pipe: self._put_if_match(keys=[key], args=[value, expected], client=pipe), name
+                )
+            else:
+                done = self._eval(self._put_if_match, key, value, expected)
+        except redis.exceptions.RedisError as exc:
+            _failed("save", name, exc)
         if done is None:
-            if if_absent:
-                raise TokenMismatch(f"{name!r} already exists")
             raise TokenMismatch(f"{name!r} changed since it was read")
         return Token(gen)
 
     def get(self, name: str) -> tuple[bytes, Token] | None:
-        """The frame under `name` and its generation, or None."""
-        key = self._key(name)
-        with _mapped("load", name):
-            raw = cast("bytes | None", self._read(lambda: self.client.get(key)))
+        """The frame under `name` and its generation, or None.
+
+        A frame of 1 MiB or more comes back as a `memoryview` of the reply (no copy)."""
+        key = self._frames + name
+        try:
+            raw = self._command("GET", key)
+        except redis.exceptions.RedisError as exc:
+            raw = self._read_again(exc, "load", name, functools.partial(self._command, "GET", key))
         if raw is None:
             return None
-        return raw[_GEN_DIGITS:], Token(self._parse_gen(name, raw[:_GEN_DIGITS]))
+        gen = self._parse_gen(name, raw[:_GEN_DIGITS])
+        data = raw[_GEN_DIGITS:] if len(raw) < _VIEW_FROM else memoryview(raw)[_GEN_DIGITS:]
+        return data, Token(gen)  # type: ignore[return-value]
 
     def delete(self, name: str, token: Token) -> None:
         """Remove `name` only if its generation is `token`; else `TokenMismatch`."""
         if not self._is_gen(token):
             raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
-        with _mapped("delete", name):
-            deleted = self._write(self._delete, [self._key(name)], [_gen_text(int(token.value))], name)
+        key = self._frames + name
+        expected = _gen_text(int(token.value))
+        try:
+            if self._replicas:
+                deleted = self._waited(lambda pipe: self._delete(keys=[key], args=[expected], client=pipe), name)
+            else:
+                deleted = self._eval(self._delete, key, expected)
+        except redis.exceptions.RedisError as exc:
+            _failed("delete", name, exc)
         if not deleted:
             raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
 
@@ -342,8 +389,9 @@ class RedisBackend:
         full = self._frames + prefix
         cursor: int = 0
         while True:
-            with _mapped("list", prefix):
-                cursor, keys = self._read(functools.partial(self.client.scan, cursor, match=match, count=_SCAN_COUNT))
+            cursor, keys = self._read(
+                functools.partial(self.client.scan, cursor, match=match, count=_SCAN_COUNT), "list", prefix
+            )
             names = []
             for raw in cast("list[bytes]", keys):
                 try:
@@ -368,8 +416,7 @@ class RedisBackend:
         """(name, first `size` bytes, token, full size) of every frame under `prefix`."""
         skip = len(self._frames)
         for keys in self._batches(prefix):
-            with _mapped("list", prefix):
-                rows = self._read(functools.partial(self._heads, keys=keys, args=[size]))
+            rows = self._read(functools.partial(self._heads, keys=keys, args=[size]), "list", prefix)
             for key, (head, length) in zip(keys, rows, strict=True):
                 if not head:  # deleted since the SCAN
                     continue
