@@ -249,7 +249,9 @@ def _run(n: Narrator, s: Setup) -> None:
         n.out.print(Padding(listing_table(listing, datetime.now(timezone.utc)), (0, 0, 0, 3)))
         all_sealed = len(listing) == 3 and all(item.sealed_by == sealed_by for item in listing)
         leaked = [
-            key for key, _, _ in RUNS if SECRET.encode() in (store.backend.get(f"{s.identity}/{key}") or (b"", None))[0]
+            key
+            for key, _, _ in RUNS
+            if SECRET.encode() in bytes((store.backend.get(f"{s.identity}/{key}") or (b"", None))[0])
         ]
         n.check(all_sealed and not leaked, f"all three sealed by {sealed_by}; the stored bytes hide the state")
 

@@ -166,7 +166,10 @@ class FileBackend:
         if found is None:
             return None
         view, gen, _ = found
-        return view, Token(gen)  # type: ignore[return-value]  # a view past the backend's head: no copy
+        # bytes, as the seam promises (`b"x" in memoryview` is always False: a view would break callers'
+        # checks silently); only frames of 1 MiB and more stay a view, where a copy costs a pass.
+        data = bytes(view) if len(view) < 1 << 20 else view
+        return data, Token(gen)  # type: ignore[return-value]
 
     # --- writing -----------------------------------------------------------------------
 
