@@ -365,6 +365,146 @@ def test_a_server_that_is_not_there_is_a_backend_error() -> None:
         backend.close()
 
 
+# --- the pool -------------------------------------------------------------------------------------
+
+
+def _sessions(dsn: str, app: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        return int(
+            admin.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchone()[0]
+        )
+
+
+def test_pool_max_size_bounds_connections_and_pool_timeout_bounds_the_wait(
+    open_backend, postgres_dsn, fresh_schema
+) -> None:
+    app = f"berth-full-{uuid.uuid4().hex[:8]}"
+    backend = open_backend(application_name=app, pool_max_size=2, pool_timeout=0.5)
+    token = backend.put("i/k", b"v")
+    outcomes: list[object] = []
+
+    def blocked_delete() -> None:
+        try:
+            outcomes.append(backend.delete("i/k", token))
+        except Exception as exc:  # asserted below
+            outcomes.append(exc)
+
+    with psycopg.connect(postgres_dsn) as locker:  # holds the row lock: both pooled connections wait on it
+        locker.execute(f'SELECT 1 FROM "{fresh_schema}".frames WHERE name = %s FOR UPDATE', ("i/k",))
+        threads = [threading.Thread(target=blocked_delete) for _ in range(2)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+                waiting = admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
+                    (app,),
+                ).fetchone()[0]
+            if waiting == 2:
+                break
+            time.sleep(0.02)
+        assert waiting == 2
+        started = time.monotonic()
+        with pytest.raises(berth.BackendError, match="pool_timeout") as caught:
+            backend.get("i/k")
+        assert 0.4 < time.monotonic() - started < 5
+        assert "i/k" in str(caught.value)
+        assert _sessions(postgres_dsn, app) == 2
+        locker.rollback()
+    for t in threads:
+        t.join(timeout=10)
+    assert outcomes.count(None) == 1 and sum(isinstance(o, berth.TokenMismatch) for o in outcomes) == 1, outcomes
+    assert backend.get("i/k") is None  # the pool works again once connections come back
+
+
+def test_more_threads_than_connections_all_get_served(open_backend, postgres_dsn) -> None:
+    app = f"berth-busy-{uuid.uuid4().hex[:8]}"
+    backend = open_backend(application_name=app, pool_max_size=2, pool_timeout=30)
+    errors: list[BaseException] = []
+    peak = [0]
+
+    def work(i: int) -> None:
+        try:
+            for j in range(40):
+                name = f"t{i}/{j}"
+                token = backend.put(name, b"x" * j)
+                assert backend.get(name) == (b"x" * j, token)
+                backend.delete(name, token)
+        except BaseException as exc:  # asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        peak[0] = max(peak[0], _sessions(postgres_dsn, app))
+        time.sleep(0.01)
+    assert errors == []
+    assert 1 <= peak[0] <= 2
+
+
+def test_a_forked_child_opens_its_own_connections_and_leaves_the_parents_alone(open_backend) -> None:
+    import multiprocessing
+
+    backend = open_backend(pool_max_size=1)
+    backend.put("i/k", b"parent")
+
+    def backend_pid() -> int:
+        with backend._pool.connection() as conn:
+            return int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+
+    parent_pid = backend_pid()  # the pool's one idle connection
+    queue = multiprocessing.get_context("fork").SimpleQueue()
+
+    def child() -> None:
+        try:
+            token = backend.put("i/c", b"child")
+            queue.put((backend_pid(), backend.get("i/c") == (b"child", token)))
+        except BaseException as exc:  # reported to the parent
+            queue.put((0, repr(exc)))
+        finally:
+            backend.close()
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join(timeout=30)
+    child_pid, ok = queue.get()
+    assert process.exitcode == 0 and ok is True, ok
+    assert child_pid not in (0, parent_pid), "the child must not talk over the parent's socket"
+    assert backend_pid() == parent_pid, "the parent's idle connection survives the child's exit"
+    assert backend.get("i/c")[0] == b"child" and backend.get("i/k")[0] == b"parent"
+
+
+def test_pooled_cursors_keep_no_large_frame(open_backend) -> None:
+    backend = open_backend(pool_max_size=1)
+    small, large = b"s" * 100, bytes(range(256)) * 8192  # 2 MiB: over the bound a kept cursor may hold
+    backend.get("i/none")
+    backend.put("i/s", small)
+    assert backend.get("i/s")[0] == small
+    (lease,) = backend._pool._idle
+    assert {"put", "get"} <= set(lease.cursors), "small statements keep their cursors"
+    token = backend.put("i/l", large)
+    assert backend.get("i/l") == (large, token)
+    assert "put" not in lease.cursors and "get" not in lease.cursors, "a cursor that moved a large frame is closed"
+    backend.put("i/l", small, if_match=token)
+    assert backend.get("i/l")[0] == small
+
+
+def test_close_while_a_call_runs_closes_its_connection_when_it_returns(open_backend, postgres_dsn) -> None:
+    app = f"berth-close-{uuid.uuid4().hex[:8]}"
+    backend = open_backend(application_name=app, pool_max_size=2)
+    backend.put("i/k", b"v")
+    with backend._pool.connection():  # a call in flight
+        backend.close()
+    with pytest.raises(berth.BackendError, match="closed"):
+        backend.get("i/k")
+    deadline = time.monotonic() + 5  # the server notices a closed session a moment later
+    while _sessions(postgres_dsn, app) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _sessions(postgres_dsn, app) == 0
+
+
 # --- permissions ---------------------------------------------------------------------------------
 
 DOCUMENTED_GRANTS = [  # docs/backends/postgresql.md, "Permissions"
