@@ -15,10 +15,8 @@ load takes the state out of the opened body by its offset, without scanning it.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
-from types import MappingProxyType
+from functools import lru_cache
 
 import msgspec
 
@@ -43,7 +41,9 @@ PREFIX_SIZE = _PREFIX.size
 MAX_HEADER = 64 * 1024
 
 
-class _WireHeader(msgspec.Struct, omit_defaults=True):
+class Header(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A frame's cleartext header, as written (field order is the wire order)."""
+
     format: int
     identity: str
     key: str
@@ -56,49 +56,19 @@ class _WireHeader(msgspec.Struct, omit_defaults=True):
     body_len: int
     state_len: int | None = None  # absent in frames whose body holds provider_state anywhere
 
-
-_header_decoder = msgspec.json.Decoder(_WireHeader)
-_encoder = msgspec.json.Encoder()
-
-
-@dataclass(frozen=True, slots=True)
-class Header:
-    """A frame's cleartext header."""
-
-    identity: str
-    key: str
-    run_id: str
-    created_at: datetime
-    deadline: datetime | None
-    labels: Mapping[str, str]
-    sealer: str
-    key_id: str
-    body_len: int
-    state_len: int | None = None
-
     @property
     def sealed_by(self) -> str:
         """`sealer:key_id`, as listings show it."""
         return f"{self.sealer}:{self.key_id}"
 
 
+_header_decoder = msgspec.json.Decoder(Header)
+_encoder = msgspec.json.Encoder()
+
+
 def encode_header(h: Header) -> bytes:
     """Magic, format, length and header JSON: the part of the frame before the body."""
-    js = _encoder.encode(
-        _WireHeader(
-            FORMAT_VERSION,
-            h.identity,
-            h.key,
-            h.run_id,
-            h.created_at,
-            h.deadline,
-            dict(h.labels),
-            h.sealer,
-            h.key_id,
-            h.body_len,
-            h.state_len,
-        )
-    )
+    js = _encoder.encode(h)
     if len(js) > MAX_HEADER:
         raise ValueError("frame header too large")
     return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(js)) + js
@@ -106,8 +76,14 @@ def encode_header(h: Header) -> bytes:
 
 def build_aad(head: bytes | memoryview, identity: str, key: str) -> bytes:
     """Associated data of the seal: the frame head plus the expected identity and key."""
+    return b"".join((head, _bound(identity, key)))
+
+
+@lru_cache(maxsize=4096)
+def _bound(identity: str, key: str) -> bytes:
+    """The length-prefixed identity and key, as the AAD ends (cached: a store names the same few keys)."""
     i, k = identity.encode(), key.encode()
-    return b"".join((bytes(head), len(i).to_bytes(2, "big"), i, len(k).to_bytes(2, "big"), k))
+    return b"".join((len(i).to_bytes(2, "big"), i, len(k).to_bytes(2, "big"), k))
 
 
 def _where(identity: str, key: str) -> str:
@@ -145,37 +121,30 @@ def peek_header(data: bytes | memoryview, identity: str, key: str) -> tuple[Head
     `state_len` the length of `provider_state`, which ends the envelope JSON.
     """
     view = memoryview(data)
-    where = _where(identity, key)
-    if len(view) < PREFIX_SIZE or bytes(view[:8]) != MAGIC:
-        raise FormatError(f"not a berth frame at {where}", identity=identity, key=key)
+    if len(view) < PREFIX_SIZE or view[:8] != MAGIC:
+        raise FormatError(f"not a berth frame at {_where(identity, key)}", identity=identity, key=key)
     _, fmt, hlen = _PREFIX.unpack_from(view)
     if fmt != FORMAT_VERSION:
         raise FormatError(
-            f"frame at {where} has format version {fmt}; this berth reads {FORMAT_VERSION}: upgrade berth",
+            f"frame at {_where(identity, key)} has format version {fmt}; "
+            f"this berth reads {FORMAT_VERSION}: upgrade berth",
             identity=identity,
             key=key,
         )
     end = PREFIX_SIZE + hlen
     if hlen > MAX_HEADER or len(view) < end:
-        raise FormatError(f"frame header at {where} is truncated", identity=identity, key=key)
+        raise FormatError(f"frame header at {_where(identity, key)} is truncated", identity=identity, key=key)
     try:
-        w = _header_decoder.decode(view[PREFIX_SIZE:end])
+        header = _header_decoder.decode(view[PREFIX_SIZE:end])
     except msgspec.DecodeError:
-        raise IntegrityError(f"frame header at {where} is not valid", identity=identity, key=key) from None
-    if w.format != FORMAT_VERSION or w.created_at.tzinfo is None or (w.deadline and w.deadline.tzinfo is None):
-        raise IntegrityError(f"frame header at {where} is not valid", identity=identity, key=key)
-    header = Header(
-        w.identity,
-        w.key,
-        w.run_id,
-        w.created_at,
-        w.deadline,
-        MappingProxyType(w.labels),
-        w.sealer,
-        w.key_id,
-        w.body_len,
-        w.state_len,
-    )
+        header = None
+    if (
+        header is None
+        or header.format != FORMAT_VERSION
+        or header.created_at.tzinfo is None
+        or (header.deadline and header.deadline.tzinfo is None)
+    ):
+        raise IntegrityError(f"frame header at {_where(identity, key)} is not valid", identity=identity, key=key)
     return header, end
 
 

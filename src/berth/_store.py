@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import pairwise
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import msgspec
@@ -29,7 +30,7 @@ from berth._errors import (
     TokenMismatch,
     where,
 )
-from berth._frame import Header, build_aad, encode_header, header_size, parse_frame, peek_header
+from berth._frame import FORMAT_VERSION, Header, build_aad, encode_header, header_size, parse_frame, peek_header
 from berth._keys import validate_identity, validate_key
 from berth._plaintext import PlaintextSealer
 from berth._sealer import Sealer
@@ -354,12 +355,13 @@ class Store:
             )
         sealer = self.sealer
         header = Header(
+            FORMAT_VERSION,
             self.identity,
             key,
             env.run_id,
             created_at,
             env.deadline,
-            env.labels,
+            dict(env.labels),
             sealer.name,
             sealer.key_id,
             size,
@@ -531,7 +533,7 @@ class Store:
                     header.created_at,
                     header.deadline,
                     size,
-                    header.labels,
+                    MappingProxyType(header.labels),
                     header.sealed_by,
                     token,
                 )
