@@ -20,7 +20,7 @@ import stat
 import struct
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -49,6 +49,8 @@ class FileBackend:
         if not self.root.is_absolute():
             raise BerthError(f"file:// needs an absolute directory, got {str(root)!r}")
         self._fsync = fsync
+        self._root = str(self.root)
+        self._locks = f"{self._root}/.locks"
         self._cleaned: set[str] = set()
         self._lock = threading.Lock()
         self._mkdir(self.root)
@@ -78,27 +80,23 @@ class FileBackend:
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
             raise BackendError(f"file backend refuses {str(path)!r}: not a plain directory (a planted symlink?)")
 
-    def _dir_for(self, name: str) -> Path:
-        first = name.partition("/")[0]
-        if not _SAFE_DIR.fullmatch(first) or first in (".", "..", ".locks"):
-            first = "_" + hashlib.sha256(first.encode()).hexdigest()[:32]
-        return self.root / first
+    def _dir_for(self, name: str) -> str:
+        return _layout(self._root, name)[0]
 
-    def _paths(self, name: str) -> tuple[Path, Path, int]:
-        digest = hashlib.sha256(name.encode()).hexdigest()
-        directory = self._dir_for(name)
-        return directory, directory / f"{digest}.frame", int(digest[:2], 16)
+    def _paths(self, name: str) -> tuple[str, str, int]:
+        directory, path, stripe = _layout(self._root, name)
+        return directory, path, stripe
 
-    def _ensure_dir(self, directory: Path) -> None:
-        if directory.name in self._cleaned:
+    def _ensure_dir(self, directory: str) -> None:
+        if directory in self._cleaned:
             return
-        self._mkdir(directory)
+        self._mkdir(Path(directory))
         self._remove_stale_temps(directory)
         with self._lock:
-            self._cleaned.add(directory.name)
+            self._cleaned.add(directory)
 
     @staticmethod
-    def _remove_stale_temps(directory: Path) -> None:
+    def _remove_stale_temps(directory: str) -> None:
         # A temp file whose writer died (SIGKILL, power loss) is garbage: remove it.
         for entry in os.scandir(directory):
             m = _TMP.match(entry.name)
@@ -108,20 +106,13 @@ class FileBackend:
                 except FileNotFoundError:
                     pass
 
-    @contextmanager
-    def _locked(self, stripe: int) -> Iterator[None]:
-        path = self.root / ".locks" / f"{stripe:02x}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing releases the flock
+    def _locked(self, stripe: int) -> _Flock:
+        return _Flock(f"{self._locks}/{stripe:02x}.lock")
 
     # --- reading -----------------------------------------------------------------------
 
     @staticmethod
-    def _read(path: Path, name: str, *, limit: int | None = None) -> tuple[memoryview, int, int] | None:
+    def _read(path: str, name: str, *, limit: int | None = None) -> tuple[memoryview, int, int] | None:
         """(data view, generation, data size) of the file at `path`, or None if absent."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -156,7 +147,7 @@ class FileBackend:
             raise BackendError(f"file backend found a foreign file where {name!r} belongs")
         return view[start:got], gen, size - start
 
-    def _generation(self, path: Path, name: str) -> int | None:
+    def _generation(self, path: str, name: str) -> int | None:
         found = self._read(path, name, limit=_HEAD.size + 4096)
         return None if found is None else found[1]
 
@@ -186,7 +177,7 @@ class FileBackend:
                     raise TokenMismatch(f"{name!r} already exists")
                 if if_match is not None and current != if_match.value:
                     raise TokenMismatch(f"{name!r} changed since it was read")
-            tmp = directory / f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
+            tmp = f"{directory}/.tmp-{os.getpid()}-{secrets.token_hex(6)}"
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
                 try:
@@ -219,7 +210,7 @@ class FileBackend:
                 raise _oserror(exc, "delete", name) from exc
             self._sync_dir(directory, name)
 
-    def _sync_dir(self, directory: Path, name: str) -> None:
+    def _sync_dir(self, directory: str, name: str) -> None:
         if not self._fsync:
             return
         try:
@@ -237,9 +228,7 @@ class FileBackend:
         if "/" in prefix:
             dirs = [self._dir_for(prefix)]
         else:
-            dirs = [
-                Path(e.path) for e in os.scandir(self.root) if e.is_dir(follow_symlinks=False) and e.name != ".locks"
-            ]
+            dirs = [e.path for e in os.scandir(self._root) if e.is_dir(follow_symlinks=False) and e.name != ".locks"]
         for d in dirs:
             try:
                 entries = os.scandir(d)
@@ -275,13 +264,45 @@ class FileBackend:
             name = self._name_of(entry)
             if name is None or not name.startswith(prefix):
                 continue
-            found = self._read(Path(entry.path), name, limit=_HEAD.size + len(name.encode()) + size)
+            found = self._read(entry.path, name, limit=_HEAD.size + len(name.encode()) + size)
             if found is not None:
                 view, gen, full = found
                 yield name, bytes(view), Token(gen), full
 
     def close(self) -> None:
         pass
+
+
+@lru_cache(maxsize=4096)  # a store names the same few keys over and over
+def _layout(root: str, name: str) -> tuple[str, str, int]:
+    """(directory, frame file, lock stripe) of `name` under `root`: hashed names, one directory per identity."""
+    digest = hashlib.sha256(name.encode()).hexdigest()
+    first = name.partition("/")[0]
+    if not _SAFE_DIR.fullmatch(first) or first in (".", "..", ".locks"):
+        first = "_" + hashlib.sha256(first.encode()).hexdigest()[:32]
+    directory = f"{root}/{first}"
+    return directory, f"{directory}/{digest}.frame", int(digest[:2], 16)
+
+
+class _Flock:
+    """`with`: an exclusive flock on one stripe's lock file, released by closing it (a class: it runs per write)."""
+
+    __slots__ = ("fd", "path")
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd = -1
+
+    def __enter__(self) -> None:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # closing releases the flock
 
 
 def _nofollow(path: str, flags: int) -> int:
