@@ -99,9 +99,18 @@ class SqliteBackend:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             self._local.conn = conn
+            self._local.cursor = conn.cursor()
             with self._lock:
                 self._all.append(conn)
         return conn
+
+    def _cursor(self) -> sqlite3.Cursor:
+        """This thread's kept cursor for single-row statements (a cursor per call costs ~1 µs more)."""
+        cur: sqlite3.Cursor | None = getattr(self._local, "cursor", None)
+        if cur is None:
+            self._conn()
+            cur = self._local.cursor
+        return cur
 
     def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
         if if_absent and if_match is not None:  # nothing can be absent and at a generation
@@ -110,34 +119,34 @@ class SqliteBackend:
             raise TokenMismatch(f"{name!r} changed since it was read")
         gen = secrets.randbits(62) + 1
         with _mapped(name):
-            conn = self._conn()
+            cur = self._cursor()
             if if_match is not None:
-                cur = conn.execute(
+                cur.execute(
                     "UPDATE berth_frames SET gen = ?, data = ? WHERE name = ? AND gen = ?",
                     (gen, data, name, if_match.value),
                 )
                 if cur.rowcount != 1:
                     raise TokenMismatch(f"{name!r} changed since it was read")
             elif if_absent:
-                cur = conn.execute(
-                    "INSERT OR IGNORE INTO berth_frames(name, gen, data) VALUES (?, ?, ?)", (name, gen, data)
-                )
+                cur.execute("INSERT OR IGNORE INTO berth_frames(name, gen, data) VALUES (?, ?, ?)", (name, gen, data))
                 if cur.rowcount != 1:
                     raise TokenMismatch(f"{name!r} already exists")
             else:
-                conn.execute("INSERT OR REPLACE INTO berth_frames(name, gen, data) VALUES (?, ?, ?)", (name, gen, data))
+                cur.execute("INSERT OR REPLACE INTO berth_frames(name, gen, data) VALUES (?, ?, ?)", (name, gen, data))
         return Token(gen)
 
     def get(self, name: str) -> tuple[bytes, Token] | None:
         with _mapped(name):
-            row = self._conn().execute("SELECT data, gen FROM berth_frames WHERE name = ?", (name,)).fetchone()
-        return None if row is None else (row[0], Token(row[1]))
+            # fetchall: the kept cursor's statement is stepped to its end and reset, so no read
+            # transaction stays open between calls.
+            rows = self._cursor().execute("SELECT data, gen FROM berth_frames WHERE name = ?", (name,)).fetchall()
+        return (rows[0][0], Token(rows[0][1])) if rows else None
 
     def delete(self, name: str, token: Token) -> None:
         if not isinstance(token.value, int):
             raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
         with _mapped(name):
-            cur = self._conn().execute("DELETE FROM berth_frames WHERE name = ? AND gen = ?", (name, token.value))
+            cur = self._cursor().execute("DELETE FROM berth_frames WHERE name = ? AND gen = ?", (name, token.value))
         if cur.rowcount != 1:
             raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
 
