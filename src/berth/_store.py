@@ -116,8 +116,28 @@ def _warn_plaintext(where_: str) -> None:
     )
 
 
+def _translate(exc: Exception, identity: str, key: str, what: str) -> Exception:
+    """The berth error a backend's `exc` becomes, naming the identity and key (`exc` itself, enriched, if
+    it already is one). Callers: `err = _translate(...)`, then `raise` if `err is exc`, else `raise err from exc`."""
+    if isinstance(exc, TokenMismatch):
+        return TokenMismatch(
+            f"{what} lost at {where(identity, key)}: the token no longer matches what is parked",
+            identity=identity,
+            key=key,
+        )
+    if isinstance(exc, BerthError):
+        if exc.key is None:
+            exc.identity, exc.key = identity, key
+            if "key" not in str(exc):
+                exc.args = (f"{exc} ({where(identity, key)})",)
+        return exc
+    return BackendError(
+        f"{what} failed at {where(identity, key)}: {type(exc).__name__}: {exc}", identity=identity, key=key
+    )
+
+
 class _BackendCall:
-    """Maps what a backend raises to berth errors naming the identity and key (a class: it runs on every call)."""
+    """`with`: what the block raises comes out as `_translate` makes it (the hot paths use try/except directly)."""
 
     __slots__ = ("identity", "key", "what")
 
@@ -130,24 +150,9 @@ class _BackendCall:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc is None or not isinstance(exc, Exception):
             return
-        identity, key = self.identity, self.key
-        if isinstance(exc, TokenMismatch):
-            raise TokenMismatch(
-                f"{self.what} lost at {where(identity, key)}: the token no longer matches what is parked",
-                identity=identity,
-                key=key,
-            ) from exc
-        if isinstance(exc, BerthError):
-            if exc.key is None:
-                exc.identity, exc.key = identity, key
-                if "key" not in str(exc):
-                    exc.args = (f"{exc} ({where(identity, key)})",)
-            return
-        raise BackendError(
-            f"{self.what} failed at {where(identity, key)}: {type(exc).__name__}: {exc}",
-            identity=identity,
-            key=key,
-        ) from exc
+        err = _translate(exc, self.identity, self.key, self.what)
+        if err is not exc:
+            raise err from exc
 
 
 class Store:
@@ -183,6 +188,17 @@ class Store:
         self._clock = clock or _utcnow
         self._prefix = identity + "/"
         self._plaintext = isinstance(sealer, PlaintextSealer)
+
+    @property
+    def sealer(self) -> Sealer:
+        """What seals new frames and opens parked ones."""
+        return self._sealer
+
+    @sealer.setter
+    def sealer(self, sealer: Sealer) -> None:
+        self._sealer = sealer
+        self._seal_parts = getattr(sealer, "_seal_parts", None)  # fast paths a sealer may offer
+        self._open_split = getattr(sealer, "_open_split", None)
 
     def __repr__(self) -> str:
         return f"Store({type(self.backend).__name__}, identity={self.identity!r}, sealer={self.sealer!r})"
@@ -276,7 +292,7 @@ class Store:
                 )
             cuts = (n - s - 1, n - 1)
         sealer = self._sealer_for(header, key)
-        open_split = getattr(sealer, "_open_split", None)
+        open_split = self._open_split if sealer is self.sealer else getattr(sealer, "_open_split", None)
         try:
             if open_split is not None:
                 pieces: list[bytes] = open_split(body, cuts, aad=aad)
@@ -372,12 +388,17 @@ class Store:
         parts = (prefix, state, b"}")
         # A sealer that can write the head first and take the body in parts builds the
         # frame in one buffer: the state is never copied into a joined body first.
-        seal_parts = getattr(sealer, "_seal_parts", None)
-        with self._backend_call(key, "seal"):
+        seal_parts = self._seal_parts
+        try:
             if seal_parts is not None:
                 frame: bytes = seal_parts(head, parts, aad=aad)
                 return frame
             sealed = sealer.seal(b"".join(parts), aad=aad)
+        except Exception as exc:
+            err = _translate(exc, self.identity, key, "seal")
+            if err is exc:
+                raise
+            raise err from exc
         return b"".join((head, sealed))
 
     # --- the contract ------------------------------------------------------------------
@@ -397,8 +418,13 @@ class Store:
         """
         name = self._name(key)
         frame = self._build(key, envelope)
-        with self._backend_call(key, "save"):
+        try:
             self.backend.put(name, frame)
+        except Exception as exc:
+            err = _translate(exc, self.identity, key, "save")
+            if err is exc:
+                raise
+            raise err from exc
 
     def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
         """Open the envelope parked under `key`, with the token that can claim it.
@@ -416,8 +442,13 @@ class Store:
             BackendError: the backend failed.
         """
         name = self._name(key)
-        with self._backend_call(key, "load"):
+        try:
             found = self.backend.get(name)
+        except Exception as exc:
+            err = _translate(exc, self.identity, key, "load")
+            if err is exc:
+                raise
+            raise err from exc
         if found is None:
             return None
         data, token = found
@@ -454,8 +485,13 @@ class Store:
                 identity=self.identity,
                 key=key,
             )
-        with self._backend_call(key, "delete"):
+        try:
             self.backend.delete(name, token)
+        except Exception as exc:
+            err = _translate(exc, self.identity, key, "delete")
+            if err is exc:
+                raise
+            raise err from exc
 
     def claim(self, key: str) -> Envelope | None:
         """Load and delete: exactly one caller across threads, processes and hosts gets the envelope.
