@@ -654,6 +654,15 @@ class StoreContract:
         self._plant(store, "k", frame)
         assert store.load("k") is not None
 
+    def test_small_frames_come_back_as_bytes(self, store: Store) -> None:
+        # The seam returns bytes: `b"x" in memoryview(...)` is always False, so a view would make a
+        # caller's search of a frame (a leak check, say) silently pass. Views are for 1 MiB and up.
+        store.save("k", make_envelope(provider_state={"m": SECRET}))
+        found = store.backend.get(f"{store.identity}/k")
+        assert found is not None and type(found[0]) is bytes
+        if isinstance(store.sealer, PlaintextSealer):
+            assert SECRET.encode() in found[0]
+
     def test_truncated_and_appended_frames_fail(self, store: Store) -> None:
         store.save("k", make_envelope())
         frame = self._raw(store, "k")
