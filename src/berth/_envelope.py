@@ -103,7 +103,7 @@ def _calls(calls: object) -> tuple[PendingCall, ...]:
         )
         calls = tuple(calls)  # type: ignore[arg-type]
     for call in calls:
-        if type(call) is not PendingCall and not isinstance(call, PendingCall):
+        if not isinstance(call, PendingCall):
             raise InvalidEnvelope("pending_calls must hold PendingCall objects")
     return calls
 
@@ -114,8 +114,8 @@ _NO_LABELS: Mapping[str, str] = MappingProxyType({})
 def _labels(labels: object) -> Mapping[str, str]:
     if labels is None:
         return _NO_LABELS
-    _check(isinstance(labels, Mapping), "labels must be a dict of str to str")
-    assert isinstance(labels, Mapping)
+    if not isinstance(labels, Mapping):
+        raise InvalidEnvelope("labels must be a dict of str to str")
     if not labels:
         return _NO_LABELS
     if len(labels) > _LABELS_MAX:
@@ -209,7 +209,7 @@ class Envelope:
                 raise InvalidEnvelope(f"{name} must be a str (valid UTF-8)")
             set_(self, name, text)
         for name, number in (("version", version), ("turn", turn), ("remaining_turns", remaining_turns)):
-            if type(number) is not int and (not isinstance(number, int) or isinstance(number, bool)):
+            if not isinstance(number, int) or isinstance(number, bool):
                 raise InvalidEnvelope(f"{name} must be an int")
             set_(self, name, number)
         set_(self, "deadline", _aware(deadline, "deadline"))

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from itertools import pairwise
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import msgspec
 
@@ -118,7 +118,7 @@ def _warn_plaintext(where_: str) -> None:
 
 def _translate(exc: Exception, identity: str, key: str, what: str) -> Exception:
     """The berth error a backend's `exc` becomes, naming the identity and key (`exc` itself, enriched, if
-    it already is one). Callers: `err = _translate(...)`, then `raise` if `err is exc`, else `raise err from exc`."""
+    it already is one)."""
     if isinstance(exc, TokenMismatch):
         return TokenMismatch(
             f"{what} lost at {where(identity, key)}: the token no longer matches what is parked",
@@ -134,6 +134,18 @@ def _translate(exc: Exception, identity: str, key: str, what: str) -> Exception:
     return BackendError(
         f"{what} failed at {where(identity, key)}: {type(exc).__name__}: {exc}", identity=identity, key=key
     )
+
+
+def _reraise(exc: Exception, identity: str, key: str, what: str) -> NoReturn:
+    """Raise what `_translate` makes of `exc` (chained to it), or `exc` itself when it already is berth's.
+
+    The hot paths (save, load, delete, seal) call it from a plain `except`: no context-manager
+    object per call.
+    """
+    err = _translate(exc, identity, key, what)
+    if err is exc:
+        raise exc
+    raise err from exc
 
 
 class _BackendCall:
@@ -187,7 +199,6 @@ class Store:
         self.max_envelope_bytes = max_envelope_bytes
         self._clock = clock or _utcnow
         self._prefix = identity + "/"
-        self._plaintext = isinstance(sealer, PlaintextSealer)
 
     @property
     def sealer(self) -> Sealer:
@@ -197,6 +208,7 @@ class Store:
     @sealer.setter
     def sealer(self, sealer: Sealer) -> None:
         self._sealer = sealer
+        self._plaintext = isinstance(sealer, PlaintextSealer)
         self._seal_parts = getattr(sealer, "_seal_parts", None)  # fast paths a sealer may offer
         self._open_split = getattr(sealer, "_open_split", None)
 
@@ -267,11 +279,6 @@ class Store:
             identity=self.identity,
             key=key,
         )
-
-    def _open(self, key: str, data: bytes | memoryview) -> tuple[Header, bytes]:
-        """Authenticate and open a frame; returns its header and the envelope JSON."""
-        header, pieces = self._open_pieces(key, data, split=False)
-        return header, pieces[0]
 
     def _open_pieces(self, key: str, data: bytes | memoryview, *, split: bool) -> tuple[Header, list[bytes]]:
         """Authenticate and open a frame; with `split`, the envelope JSON comes cut around its state.
@@ -395,10 +402,7 @@ class Store:
                 return frame
             sealed = sealer.seal(b"".join(parts), aad=aad)
         except Exception as exc:
-            err = _translate(exc, self.identity, key, "seal")
-            if err is exc:
-                raise
-            raise err from exc
+            _reraise(exc, self.identity, key, "seal")
         return b"".join((head, sealed))
 
     # --- the contract ------------------------------------------------------------------
@@ -421,10 +425,7 @@ class Store:
         try:
             self.backend.put(name, frame)
         except Exception as exc:
-            err = _translate(exc, self.identity, key, "save")
-            if err is exc:
-                raise
-            raise err from exc
+            _reraise(exc, self.identity, key, "save")
 
     def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
         """Open the envelope parked under `key`, with the token that can claim it.
@@ -445,10 +446,7 @@ class Store:
         try:
             found = self.backend.get(name)
         except Exception as exc:
-            err = _translate(exc, self.identity, key, "load")
-            if err is exc:
-                raise
-            raise err from exc
+            _reraise(exc, self.identity, key, "load")
         if found is None:
             return None
         data, token = found
@@ -488,10 +486,7 @@ class Store:
         try:
             self.backend.delete(name, token)
         except Exception as exc:
-            err = _translate(exc, self.identity, key, "delete")
-            if err is exc:
-                raise
-            raise err from exc
+            _reraise(exc, self.identity, key, "delete")
 
     def claim(self, key: str) -> Envelope | None:
         """Load and delete: exactly one caller across threads, processes and hosts gets the envelope.

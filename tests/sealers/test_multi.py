@@ -26,7 +26,7 @@ def _bodies(store: berth.Store) -> dict[str, bytes]:
     for item in store.list():
         found = store.backend.get(f"{store.identity}/{item.key}")
         assert found is not None
-        out[item.key] = bytes(store._open(item.key, found[0])[1])
+        out[item.key] = bytes(store._open_pieces(item.key, found[0], split=False)[1][0])
     return out
 
 

@@ -84,8 +84,7 @@ class FileBackend:
         return _layout(self._root, name)[0]
 
     def _paths(self, name: str) -> tuple[str, str, int]:
-        directory, path, stripe = _layout(self._root, name)
-        return directory, path, stripe
+        return _layout(self._root, name)
 
     def _ensure_dir(self, directory: str) -> None:
         if directory in self._cleaned:
