@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -173,3 +177,27 @@ def current_rss() -> int:
 def deadline_in(days: int = 14) -> datetime:
     """An aware deadline `days` from now."""
     return datetime.now(timezone.utc) + timedelta(days=days)
+
+
+# --- measurements in a fresh process (benchmarks/_worker.py) -------------------------------
+
+WORKER = str(Path(__file__).resolve().with_name("_worker.py"))
+
+
+def worker_command(job: str, args: dict[str, Any]) -> list[str]:
+    """The command line that runs `job` with `args` in a fresh interpreter."""
+    return [sys.executable, WORKER, job, json.dumps(args)]
+
+
+def worker_result(stdout: str, stderr: str, returncode: int, what: str) -> Any:
+    """The result a worker printed (its `RESULT` line, decoded); RuntimeError naming `what` if it failed."""
+    line = next((ln[7:] for ln in stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if returncode != 0 or line is None:
+        raise RuntimeError(f"{what} failed: {stderr.strip()[-800:]}")
+    return json.loads(line)
+
+
+def run_worker(job: str, args: dict[str, Any], what: str, timeout: float) -> Any:
+    """Run one worker to completion and return its result."""
+    proc = subprocess.run(worker_command(job, args), capture_output=True, text=True, check=False, timeout=timeout)
+    return worker_result(proc.stdout, proc.stderr, proc.returncode, what)

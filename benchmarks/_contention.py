@@ -8,15 +8,13 @@ alternates with its floor (SELECT, then DELETE ... AND gen=?) trial by trial.
 
 from __future__ import annotations
 
-import json
 import statistics
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-WORKER = str(Path(__file__).resolve().with_name("_worker.py"))
+from _common import worker_command, worker_result
+
 PROCESSES = 4
 
 
@@ -112,7 +110,7 @@ def race(backend: str, ctx: dict[str, Any], role: str, trial: int, count: int) -
     }
     procs = [
         subprocess.Popen(
-            [sys.executable, WORKER, "claimer", json.dumps(base)],
+            worker_command("claimer", base),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -122,10 +120,7 @@ def race(backend: str, ctx: dict[str, Any], role: str, trial: int, count: int) -
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=900)
-        line = next((ln[7:] for ln in out.splitlines() if ln.startswith("RESULT ")), None)
-        if proc.returncode != 0 or line is None:
-            raise RuntimeError(f"claimer failed ({backend}/{role}): {err.strip()[-800:]}")
-        results.append(json.loads(line))
+        results.append(worker_result(out, err, proc.returncode, f"claimer ({backend}/{role})"))
     winners: dict[str, int] = {}
     for r in results:
         for key in r["won"]:

@@ -10,20 +10,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import chat_messages
+from _common import chat_messages, worker_command, worker_result
 
-WORKER = str(Path(__file__).resolve().with_name("_worker.py"))
 ROLES = {"berth": "berth sealed", "floor": "floor (raw client)", "peer": "LangGraph unencrypted"}
 
 
@@ -126,18 +123,16 @@ def _server_counters(backend: str, ctx: dict[str, Any]) -> dict[str, int]:
 
 def _run(backend: str, role: str, n: int, ctx: dict[str, Any], strace: str | None) -> dict[str, int]:
     before = _server_counters(backend, ctx)
-    args = json.dumps({"backend": backend, "role": role, "n": n, "ctx": ctx})
-    cmd = [sys.executable, WORKER, "count", args]
+    cmd = worker_command("count", {"backend": backend, "role": role, "n": n, "ctx": ctx})
     trace_file = None
     if strace:
         fd, trace_file = tempfile.mkstemp(prefix="berth-bench-strace-")
         os.close(fd)
         cmd = [strace, "-f", "-c", "-e", "trace=fsync,fdatasync,sendto,sendmsg", "-o", trace_file, *cmd]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
-    result = next((ln[7:] for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if proc.returncode != 0 or result is None:
-        raise RuntimeError(f"count worker failed for {backend}/{role}: {proc.stderr.strip()[-800:]}")
-    counters: dict[str, int] = json.loads(result)
+    counters: dict[str, int] = worker_result(
+        proc.stdout, proc.stderr, proc.returncode, f"count worker for {backend}/{role}"
+    )
     if trace_file:
         sys_counts = _strace_counts(trace_file)
         os.unlink(trace_file)

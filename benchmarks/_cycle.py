@@ -23,23 +23,29 @@ def sealer() -> berth.AesGcmSealer:
     return berth.AesGcmSealer(berth.Keyring({"bench-1": KEY}, "bench-1"))
 
 
+_CALL = berth.PendingCall("toolu_approve", "ask_maintainer", {"question": "push to main?"})
+
+
+def chat_envelope(messages: list[dict[str, Any]]) -> berth.Envelope:
+    """What a berth contender parks: the chat state, built into an envelope with one pending question."""
+    return berth.Envelope(
+        provider_state=messages,
+        provider="anthropic",
+        model="claude-x",
+        run_id="run-1",
+        pending_calls=(_CALL,),
+        reason="awaiting answer",
+        deadline=DEADLINE,
+    )
+
+
 def berth_variant(url: str, messages: list[dict[str, Any]], *, name: str = "berth sealed", **options: Any) -> Variant:
     """berth: build the envelope, save, load, decode the state, delete with the token."""
     store = berth.open_store(url, identity=IDENTITY, sealer=sealer(), **options)
     key = f"org/repo#{os.getpid()}"
-    call = berth.PendingCall("toolu_approve", "ask_maintainer", {"question": "push to main?"})
 
     def op() -> None:
-        env = berth.Envelope(
-            provider_state=messages,
-            provider="anthropic",
-            model="claude-x",
-            run_id="run-1",
-            pending_calls=(call,),
-            reason="awaiting answer",
-            deadline=DEADLINE,
-        )
-        store.save(key, env)
+        store.save(key, chat_envelope(messages))
         parked = store.load(key)
         assert parked is not None
         state = parked.envelope.state()

@@ -39,6 +39,38 @@ class _Sealed:
         view = memoryview(data)
         return orjson.loads(self.aead.decrypt(view[:12], view[12:], name.encode()))
 
+    def seal_bytes(self, name: str, data: bytes) -> bytes:
+        nonce = os.urandom(12)
+        return nonce + self.aead.encrypt(nonce, data, name.encode())
+
+    def open_bytes(self, name: str, data: bytes | memoryview) -> bytes:
+        view = memoryview(data)
+        return self.aead.decrypt(view[:12], view[12:], name.encode())
+
+
+class _WriteRead(_Sealed):
+    """A floor whose storage is `_write(name, sealed) -> gen` and `_read(name) -> (sealed, gen)`."""
+
+    def _write(self, name: str, sealed: bytes) -> int:
+        raise NotImplementedError
+
+    def _read(self, name: str) -> tuple[bytes | memoryview, int] | None:
+        raise NotImplementedError
+
+    def save(self, name: str, obj: Any) -> int:
+        return self._write(name, self.seal(name, obj))
+
+    def save_bytes(self, name: str, data: bytes) -> int:
+        return self._write(name, self.seal_bytes(name, data))
+
+    def load(self, name: str) -> tuple[Any, int] | None:
+        found = self._read(name)
+        return None if found is None else (self.open(name, found[0]), found[1])
+
+    def load_bytes(self, name: str) -> tuple[bytes, int] | None:
+        found = self._read(name)
+        return None if found is None else (self.open_bytes(name, found[0]), found[1])
+
 
 # --- SQLite -------------------------------------------------------------------------------
 
@@ -64,8 +96,7 @@ class SqliteFloor(_Sealed):
 
     def save_bytes(self, name: str, data: bytes) -> int:
         gen = secrets.randbits(62) + 1
-        nonce = os.urandom(12)
-        sealed = nonce + self.aead.encrypt(nonce, data, name.encode())
+        sealed = self.seal_bytes(name, data)
         self.conn.execute("INSERT OR REPLACE INTO floor_frames (name, gen, data) VALUES (?, ?, ?)", (name, gen, sealed))
         return gen
 
@@ -77,10 +108,7 @@ class SqliteFloor(_Sealed):
 
     def load_bytes(self, name: str) -> tuple[bytes, int] | None:
         row = self.conn.execute("SELECT gen, data FROM floor_frames WHERE name = ?", (name,)).fetchone()
-        if row is None:
-            return None
-        view = memoryview(row[1])
-        return self.aead.decrypt(view[:12], view[12:], name.encode()), row[0]
+        return None if row is None else (self.open_bytes(name, row[1]), row[0])
 
     def delete(self, name: str, gen: int) -> None:
         cur = self.conn.execute("DELETE FROM floor_frames WHERE name = ? AND gen = ?", (name, gen))
@@ -96,7 +124,7 @@ class SqliteFloor(_Sealed):
 _GEN = struct.Struct(">Q")
 
 
-class FileFloor(_Sealed):
+class FileFloor(_WriteRead):
     """One file per key: temp file, fsync, rename, fsync the directory; a per-key flock for the conditional delete."""
 
     def __init__(self, root: str | os.PathLike[str]):
@@ -140,13 +168,6 @@ class FileFloor(_Sealed):
             os.close(lock)
         return gen
 
-    def save(self, name: str, obj: Any) -> int:
-        return self._write(name, self.seal(name, obj))
-
-    def save_bytes(self, name: str, data: bytes) -> int:
-        nonce = os.urandom(12)
-        return self._write(name, nonce + self.aead.encrypt(nonce, data, name.encode()))
-
     def _read(self, name: str) -> tuple[memoryview, int] | None:
         try:
             with open(self._path(name), "rb") as f:
@@ -154,17 +175,6 @@ class FileFloor(_Sealed):
         except FileNotFoundError:
             return None
         return memoryview(data)[8:], _GEN.unpack_from(data)[0]
-
-    def load(self, name: str) -> tuple[Any, int] | None:
-        found = self._read(name)
-        return None if found is None else (self.open(name, found[0]), found[1])
-
-    def load_bytes(self, name: str) -> tuple[bytes, int] | None:
-        found = self._read(name)
-        if found is None:
-            return None
-        view, gen = found
-        return self.aead.decrypt(view[:12], view[12:], name.encode()), gen
 
     def delete(self, name: str, gen: int) -> None:
         path = self._path(name)
@@ -189,7 +199,7 @@ class FileFloor(_Sealed):
 # --- PostgreSQL ---------------------------------------------------------------------------
 
 
-class PostgresFloor(_Sealed):
+class PostgresFloor(_WriteRead):
     """One autocommit psycopg connection: upsert with a generation, binary SELECT, DELETE ... AND gen = %s.
 
     The data column is `STORAGE EXTERNAL` (ciphertext does not compress) and
@@ -219,27 +229,9 @@ class PostgresFloor(_Sealed):
         self.conn.execute(self._put, (name, gen, sealed))
         return gen
 
-    def save(self, name: str, obj: Any) -> int:
-        return self._write(name, self.seal(name, obj))
-
-    def save_bytes(self, name: str, data: bytes) -> int:
-        nonce = os.urandom(12)
-        return self._write(name, nonce + self.aead.encrypt(nonce, data, name.encode()))
-
     def _read(self, name: str) -> tuple[bytes, int] | None:
         row = self.conn.execute(self._get, (name,), binary=True).fetchone()
         return None if row is None else (row[1], row[0])
-
-    def load(self, name: str) -> tuple[Any, int] | None:
-        found = self._read(name)
-        return None if found is None else (self.open(name, found[0]), found[1])
-
-    def load_bytes(self, name: str) -> tuple[bytes, int] | None:
-        found = self._read(name)
-        if found is None:
-            return None
-        view = memoryview(found[0])
-        return self.aead.decrypt(view[:12], view[12:], name.encode()), found[1]
 
     def delete(self, name: str, gen: int) -> None:
         if self.conn.execute(self._delete, (name, gen)).rowcount != 1:

@@ -13,16 +13,11 @@ the doc uses the reset mark.
 from __future__ import annotations
 
 import gc
-import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from _common import current_rss, rusage_maxrss
+from _common import current_rss, run_worker, rusage_maxrss
 
-WORKER = str(Path(__file__).resolve().with_name("_worker.py"))
 KEY = "org/repo#large"
 
 
@@ -107,14 +102,8 @@ def large_job(args: dict[str, Any]) -> dict[str, Any]:
 
 def run_one(backend: str, role: str, op: str, ctx: dict[str, Any], payload: str) -> dict[str, Any]:
     """Spawn one worker for one measurement."""
-    args = json.dumps({"backend": backend, "role": role, "op": op, "ctx": ctx, "payload": payload})
-    proc = subprocess.run(
-        [sys.executable, WORKER, "large", args], capture_output=True, text=True, check=False, timeout=600
-    )
-    line = next((ln[7:] for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if proc.returncode != 0 or line is None:
-        raise RuntimeError(f"large worker failed for {backend}/{role}/{op}: {proc.stderr.strip()[-800:]}")
-    result: dict[str, Any] = json.loads(line)
+    args = {"backend": backend, "role": role, "op": op, "ctx": ctx, "payload": payload}
+    result: dict[str, Any] = run_worker("large", args, f"large worker for {backend}/{role}/{op}", 600)
     return result
 
 

@@ -11,18 +11,13 @@ listing that held every entry would show memory growing tenfold from 10k to
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
-from _common import current_rss
+from _common import current_rss, run_worker
 
-WORKER = str(Path(__file__).resolve().with_name("_worker.py"))
 EXPIRED_EVERY = 100
 
 
@@ -102,14 +97,9 @@ def listing_job(args: dict[str, Any]) -> dict[str, Any]:
 
 def run_one(url: str, op: str, count: int) -> dict[str, Any]:
     """Spawn one listing or sweep worker."""
-    args = json.dumps({"url": url, "op": op, "count": count})
-    proc = subprocess.run(
-        [sys.executable, WORKER, "listing", args], capture_output=True, text=True, check=False, timeout=900
+    result: dict[str, Any] = run_worker(
+        "listing", {"url": url, "op": op, "count": count}, f"listing worker for {url} {op}", 900
     )
-    line = next((ln[7:] for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if proc.returncode != 0 or line is None:
-        raise RuntimeError(f"listing worker failed for {url} {op}: {proc.stderr.strip()[-800:]}")
-    result: dict[str, Any] = json.loads(line)
     return result
 
 

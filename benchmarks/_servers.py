@@ -12,48 +12,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
-import time
-import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests/_net.py
+from tests._net import free_port, wait_http, wait_port  # noqa: E402
+
 POSTGRES_DSN = os.environ.get("BERTH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 BENCH_DB = "berth_bench"
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_http(url: str, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url, timeout=1).close()
-            return True
-        except Exception:
-            time.sleep(0.1)
-    return False
-
-
-def _wait_port(port: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return True
-        except OSError:
-            time.sleep(0.05)
-    return False
 
 
 def aws_env() -> None:
@@ -117,7 +88,7 @@ class Servers:
         )
         self.stack.callback(shutil.rmtree, workdir, True)
         self.stack.callback(_stop, proc)
-        if not _wait_port(port):
+        if not wait_port("127.0.0.1", port):
             raise RuntimeError(f"redis-server did not start on port {port}")
         out = subprocess.run(
             [shutil.which("redis-cli") or "redis-cli", "-p", str(port), "INFO", "server"],
@@ -141,7 +112,7 @@ class Servers:
         )
         self.stack.callback(_stop, proc)
         url = f"http://127.0.0.1:{port}"
-        if not _wait_http(url + "/moto-api/"):
+        if not wait_http(url + "/moto-api/"):
             raise RuntimeError(f"moto_server did not start on port {port}")
         from importlib.metadata import version
 

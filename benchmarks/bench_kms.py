@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import collections
 import gc
-import random
 import statistics
 import tempfile
 import time
@@ -27,25 +26,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from _common import chat_messages  # noqa: E402
+from _cycle import chat_envelope  # noqa: E402
+
 import berth
 from berth._frame import build_aad
 from berth.kms import LocalKms, Wrapped
 
 KEY = "org/repo#42"
-DEADLINE = datetime(2099, 1, 1, tzinfo=timezone.utc)
-
-
-def chat_state(kib: int) -> list[dict[str, Any]]:
-    """Chat messages whose JSON is about `kib` KiB."""
-    rng = random.Random(42)
-    words = "deploy failed token expired merge retry customer ticket é 请 🙂 review staging rollback".split()
-    messages: list[dict[str, Any]] = []
-    size = 0
-    while size < kib * 1024 - 300:
-        text = " ".join(rng.choices(words, k=rng.randint(10, 60)))
-        messages.append({"id": f"msg_{len(messages):05d}", "role": "user", "content": [{"type": "text", "text": text}]})
-        size += len(text.encode()) + 70
-    return messages
 
 
 class CountingKms:
@@ -120,22 +108,13 @@ def main() -> None:
     ap.add_argument("--kib", type=int, default=64, help="size of the JSON state")
     args = ap.parse_args()
 
-    messages = chat_state(args.kib)
+    messages = chat_messages(args.kib * 1024)
     keyring = berth.Keyring.generate()
     aes = berth.AesGcmSealer(keyring)
     kms = berth.KmsSealer(LocalKms(berth.Keyring.generate()))
-    call = berth.PendingCall("toolu_1", "ask_maintainer", {"question": "push to main?"})
 
     def envelope() -> berth.Envelope:
-        return berth.Envelope(
-            provider_state=messages,
-            provider="anthropic",
-            model="claude-x",
-            run_id="run-1",
-            pending_calls=(call,),
-            reason="awaiting answer",
-            deadline=DEADLINE,
-        )
+        return chat_envelope(messages)
 
     env = envelope()
 
