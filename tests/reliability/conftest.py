@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.fakes.gcs import FakeGcs
 
 _HERE = Path(__file__).parent
 
@@ -17,3 +20,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords and _HERE in Path(str(item.fspath)).parents:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def fake_gcs() -> Iterator[FakeGcs]:
+    """The in-process Cloud Storage fake (it honours the preconditions fake-gcs-server ignores)."""
+    with FakeGcs() as fake:
+        yield fake

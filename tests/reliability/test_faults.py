@@ -528,17 +528,6 @@ def _load_retrying(store: berth.Store, key: str) -> berth.Parked | None:
 SERVERS = ["postgresql", "redis", "s3", "gcs"]
 
 
-@pytest.fixture(scope="module")
-def fake_gcs() -> Iterator[Any]:
-    """The in-process Cloud Storage fake (it honours the preconditions fake-gcs-server ignores)."""
-    if importlib.util.find_spec("tests.fakes.gcs") is None:
-        pytest.skip("tests/fakes/gcs.py is not in this tree yet")
-    from tests.fakes.gcs import FakeGcs
-
-    with FakeGcs() as fake:
-        yield fake
-
-
 @pytest.fixture
 def server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Server:
     name = request.param

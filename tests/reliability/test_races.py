@@ -25,7 +25,7 @@ import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -288,17 +288,6 @@ def test_races_local_long(backend: str, tmp_path: Path) -> None:
 
 
 NETWORK = {"postgresql": "postgres_dsn", "redis": "redis_url", "s3": "moto_url", "gcs": "fake_gcs"}
-
-
-@pytest.fixture(scope="module")
-def fake_gcs() -> Iterator[Any]:
-    """The in-process Cloud Storage fake (it honours the preconditions fake-gcs-server ignores)."""
-    if importlib.util.find_spec("tests.fakes.gcs") is None:
-        pytest.skip("tests/fakes/gcs.py is not in this tree yet")
-    from tests.fakes.gcs import FakeGcs
-
-    with FakeGcs() as fake:
-        yield fake
 
 
 def _network(backend: str, request: pytest.FixtureRequest) -> Opener:
