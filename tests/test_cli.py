@@ -25,7 +25,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 import berth
-from berth._cli import cli, parse_deadline, span
+from berth._cli import cli
+from berth._cli._output import span
+from berth._cli._store_cmds import parse_deadline
 
 IDENTITY = "pr-bot"
 BERTH = Path(sys.executable).parent / "berth"

@@ -74,6 +74,14 @@ def test_raw_backend_errors_become_backend_error() -> None:
     assert SECRET not in str(info.value)
 
 
+def test_check_key_applies_the_key_rules_without_io() -> None:
+    store = berth.Store(_Exploding(), identity="a", sealer=berth.PlaintextSealer())  # type: ignore[arg-type]
+    assert store.check_key("org/repo#42") == "org/repo#42"
+    for bad in ("", "/abs", "a//b", "a/../b", "tab\there", "x" * 1025):
+        with pytest.raises(berth.InvalidKey, match="identity 'a'"):
+            store.check_key(bad)
+
+
 def test_checkpoint_round_trip_is_private_and_sealed(tmp_path) -> None:
     sealer = berth.AesGcmSealer(berth.Keyring.generate())
     path = tmp_path / "turn-1.ckpt"

@@ -245,6 +245,14 @@ class Store:
         """The store's clock (injectable for tests)."""
         return self._clock()
 
+    def check_key(self, key: str) -> str:
+        """Return `key` if this store accepts it (the key rules of DESIGN.md); no I/O.
+
+        Raises:
+            InvalidKey: the key breaks a rule; the message names the rule.
+        """
+        return validate_key(key, self.identity)
+
     # --- helpers -----------------------------------------------------------------------
 
     def _name(self, key: str) -> str:

@@ -6,7 +6,7 @@ resumes while the other rearms; a flipped byte is refused as tampered; a run
 whose deadline passes is swept and never resumes. Every step checks what it
 says, and the demo fails (exit 1) if any step did not behave as stated.
 
-The wakers are this module run as `python -m berth._demo waker ...`.
+The wakers are this module run as `python -m berth._cli._demo waker ...`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ from typing import Any
 from urllib.parse import quote
 
 import berth
+from berth._cli._output import deadline_text, listing_table
+from berth._cli._settings import redact
+from berth._cli._store_cmds import verify_one
 
 __all__ = ["run_demo"]
 
@@ -203,8 +206,6 @@ def run_demo(*, url: str | None = None, keep: bool = False) -> bool:
 
 
 def _run(n: Narrator, s: Setup) -> None:
-    from berth._cli import deadline_text, listing_table, redact
-
     ring = berth.Keyring.load(s.keyring_path)
     sealer = berth.AesGcmSealer(ring)
     store = berth.open_store(s.url, identity=s.identity, sealer=sealer)
@@ -316,8 +317,6 @@ def _run(n: Narrator, s: Setup) -> None:
                 wake.decision.name == "REARM" and isinstance(err, berth.IntegrityError) and claim_refused,
                 "refused as tampered: never handed to a waker",
             )
-            from berth._cli import verify_one
-
             states = {k: verify_one(store, k)[0] for k, _, _ in RUNS if k != RUNS[0][0]}
             n.cmd("berth verify")
             n.say(f"   {key}: {states.get(key)}; {RUNS[2][0]}: {states.get(RUNS[2][0])}")
@@ -368,7 +367,7 @@ def _clean(store: berth.Store, questions: Any, s: Setup) -> None:
 
 def _race(s: Setup, key: str) -> tuple[list[dict[str, Any]] | None, str]:
     """Start two waker processes, let both load, then release them together."""
-    cmd = [sys.executable, "-m", "berth._demo", "waker", s.url, s.identity, str(s.keyring_path), key]
+    cmd = [sys.executable, "-m", "berth._cli._demo", "waker", s.url, s.identity, str(s.keyring_path), key]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     procs = [
         subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -428,7 +427,7 @@ def _stderr(p: subprocess.Popen[str]) -> str:
 def _main(argv: list[str]) -> int:
     if len(argv) == 5 and argv[0] == "waker":
         return waker_main(argv[1:])
-    print("usage: python -m berth._demo waker URL IDENTITY KEYRING KEY (use `berth demo`)", file=sys.stderr)
+    print("usage: python -m berth._cli._demo waker URL IDENTITY KEYRING KEY (use `berth demo`)", file=sys.stderr)
     return 2
 
 

@@ -1,0 +1,30 @@
+"""The `berth` command line: see what is parked, answer what waits on a human, clean up.
+
+Built on click (explicit, stable, and it lets one place own every error and exit
+code) with rich for tables and progress bars. Exit codes: 0 success, 1 refused
+(expired, lost claim, tampered, nothing parked), 2 bad usage or configuration.
+Every failure is one line on stderr naming the identity and key; `BERTH_DEBUG=1`
+adds the traceback.
+
+The package, from the bottom up:
+
+    _failures       exit codes, one-line failures and warnings
+    _settings       where the store is and how it is sealed (flags, environment, defaults)
+    _output         times, sizes, JSON, tables, progress bars, terminal-safe text
+    _app            the `berth` group: shared options, every error and exit code
+    _store_cmds     ls, show, park, claim, rm, sweep, reseal, verify
+    _question_cmds  questions, answer
+    _key_cmds       keys generate | rotate | show
+    _demo_cmd       demo (the narration is _demo)
+
+A command group is one module that registers its commands on `_app.cli` when
+imported; adding one is that module and its name in the import below.
+"""
+
+from __future__ import annotations
+
+# Importing a command module registers its commands.
+from berth._cli import _demo_cmd, _key_cmds, _question_cmds, _store_cmds  # noqa: F401
+from berth._cli._app import cli, main
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,87 @@
+"""Exit codes and the one-line failures and warnings every command reports."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import click
+
+__all__ = [
+    "OK",
+    "REFUSED",
+    "USAGE",
+    "Failure",
+    "bad_usage",
+    "log_to_stderr",
+    "one_line",
+    "refuse",
+    "show_warning",
+    "warn",
+    "where",
+]
+
+OK, REFUSED, USAGE = 0, 1, 2
+
+
+class Failure(Exception):
+    """A one-line refusal (exit 1) or usage/configuration error (exit 2)."""
+
+    def __init__(self, message: str, code: int = REFUSED):
+        super().__init__(message)
+        self.code = code
+
+
+def refuse(message: str) -> NoReturn:
+    """Stop with exit code 1 and a one-line message."""
+    raise Failure(message, REFUSED)
+
+
+def bad_usage(message: str) -> NoReturn:
+    """Stop with exit code 2 and a one-line message."""
+    raise Failure(message, USAGE)
+
+
+def where(identity: str, key: str | None = None) -> str:
+    """The identity/key pair every message names."""
+    return f"identity {identity!r}" + (f", key {key!r}" if key is not None else "")
+
+
+def warn(message: str) -> None:
+    """One line on stderr."""
+    click.echo(f"berth: warning: {one_line(message)}", err=True)
+
+
+def one_line(text: str) -> str:
+    """`text` on one line: every run of whitespace becomes one space."""
+    return " ".join(str(text).split())
+
+
+def show_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """`warnings.showwarning` for the command line: one `berth: warning:` line."""
+    warn(str(message))
+
+
+class _OneLineHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        warn(message.removeprefix("berth: "))
+
+
+@contextmanager
+def log_to_stderr() -> Iterator[None]:
+    """The library's log warnings, as one `berth: warning:` line each, for as long as a command runs."""
+    logger = logging.getLogger("berth")
+    handler = _OneLineHandler(logging.WARNING)
+    saved = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = saved

@@ -1,0 +1,147 @@
+"""Where the store is and how it is sealed: flags, then the environment, then defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import click
+
+import berth
+from berth._cli._failures import bad_usage, warn, where
+
+__all__ = ["DEFAULT_IDENTITY", "Settings", "default_url", "find_listing", "load_keyring", "redact", "remember_key"]
+
+DEFAULT_IDENTITY = "default"
+
+
+def default_url() -> str:
+    """`sqlite:///` in the user's data directory, created 0700 (the file is created 0600)."""
+    import platformdirs
+
+    directory = platformdirs.user_data_path("berth", appauthor=False)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return "sqlite://" + quote(str(directory / "berth.db"))
+
+
+def redact(url: str) -> str:
+    """`url` without a password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@dataclass
+class Settings:
+    """Where the store is and how it is sealed, from flags, then the environment, then defaults."""
+
+    url: str | None = None
+    identity: str | None = None
+    keyring: str | None = None
+    command: str = "berth"
+    key: str | None = None
+    _stores: list[Any] = field(default_factory=list)
+    _sealer: berth.Sealer | None = None
+
+    @property
+    def who(self) -> str:
+        """The identity commands run as."""
+        return self.identity or DEFAULT_IDENTITY
+
+    def store_url(self) -> str:
+        """The configured store URL, or the default SQLite file."""
+        return self.url or default_url()
+
+    def sealer(self) -> berth.Sealer | None:
+        """The configured sealer, or None when nothing is configured (plaintext).
+
+        `--keyring` stands in for `BERTH_KEYRING`; `berth.sealer_from_env` reads the
+        rest (`BERTH_KMS`, and both together: the KMS seals, the keyring still opens).
+        """
+        environ = dict(os.environ)
+        if self.keyring:
+            if not environ.get("BERTH_KMS", "").strip():
+                return berth.AesGcmSealer(load_keyring(self.keyring))
+            environ["BERTH_KEYRING"] = self.keyring
+        try:
+            return berth.sealer_from_env(environ)
+        except (berth.BerthError, ValueError, OSError) as exc:
+            bad_usage(f"{where(self.who)}: sealer configuration: {exc}")
+
+    def open(self, *, keys: bool, accept_plaintext: bool = False) -> berth.Store:
+        """Open the store; `keys=False` for commands that read headers only and need no sealer."""
+        url = self.store_url()
+        sealer = self._resolved_sealer() if keys else berth.PlaintextSealer()
+        try:
+            store = berth.open_store(url, identity=self.who, sealer=sealer, accept_plaintext=accept_plaintext)
+        except berth.InvalidKey as exc:
+            bad_usage(str(exc))
+        except berth.BerthError as exc:
+            bad_usage(f"{where(self.who)}: cannot open store {redact(url)}: {exc}")
+        self._stores.append(store)
+        return store
+
+    def questions(self, *, keys: bool = True) -> berth.QuestionStore:
+        """Open the question store next to the envelope store, sealed by the same sealer.
+
+        `keys=False` for sweeping, which reads headers only.
+        """
+        url = self.store_url()
+        sealer = self._resolved_sealer() if keys else berth.PlaintextSealer()
+        try:
+            qs = berth.open_questions(url, identity=self.who, sealer=sealer)
+        except berth.InvalidKey as exc:
+            bad_usage(str(exc))
+        except berth.BerthError as exc:
+            bad_usage(f"{where(self.who)}: cannot open questions at {redact(url)}: {exc}")
+        self._stores.append(qs)
+        return qs
+
+    def _resolved_sealer(self) -> berth.Sealer:
+        if self._sealer is None:
+            sealer = self.sealer()
+            if sealer is None:
+                warn(
+                    f"{where(self.who)} at {redact(self.store_url())} is not sealed (plaintext, for development): "
+                    "set BERTH_KEYRING or BERTH_KMS to seal it"
+                )
+                sealer = berth.PlaintextSealer()
+            self._sealer = sealer
+        return self._sealer
+
+    def close(self) -> None:
+        """Close every store this invocation opened."""
+        while self._stores:
+            self._stores.pop().close()
+
+
+def load_keyring(path: str) -> berth.Keyring:
+    """Read a keyring file, as a configuration error (exit 2) when it cannot be read."""
+    try:
+        return berth.Keyring.load(path)
+    except FileNotFoundError:
+        bad_usage(f"keyring {path!r} does not exist: create one with `berth keys generate {path}`")
+    except OSError as exc:
+        bad_usage(f"keyring {path!r} cannot be read: {exc.strerror or exc}")
+    except ValueError as exc:
+        bad_usage(f"keyring {path!r}: {exc}")
+
+
+def find_listing(store: berth.Store, key: str) -> berth.Listing | None:
+    """The listing of exactly `key`, from its header (no keys needed)."""
+    store.check_key(key)
+    for item in store.list(prefix=key):
+        if item.key == key:
+            return item
+    return None
+
+
+def remember_key(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A KEY argument's callback: failures name the key even before the store does."""
+    ctx.ensure_object(Settings).key = value
+    return value

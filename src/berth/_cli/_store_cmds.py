@@ -1,0 +1,487 @@
+"""The store commands: `ls`, `show`, `park`, `claim`, `rm`, `sweep`, `reseal`, `verify`."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import IO
+
+import click
+
+import berth
+from berth._cli._app import CONTEXT, cli, output_options, store_options
+from berth._cli._failures import one_line, refuse, warn, where
+from berth._cli._output import (
+    ago,
+    console,
+    deadline_text,
+    emit_json,
+    emit_jsonl,
+    envelope_doc,
+    is_expired,
+    labels_text,
+    listing_doc,
+    listing_table,
+    local,
+    now,
+    print_fields,
+    progress,
+    size_text,
+)
+from berth._cli._settings import Settings, find_listing, remember_key
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_deadline(value: str, at: datetime | None = None) -> datetime:
+    """`30s`, `15m`, `2h`, `14d` from now, or an RFC 3339 time with an offset."""
+    at = at or now()
+    text = value.strip()
+    if text[:-1].isdigit() and text[-1:] in _UNITS:
+        return at + timedelta(seconds=int(text[:-1]) * _UNITS[text[-1]])
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither a duration (30s, 15m, 2h, 14d) nor an RFC 3339 time") from None
+    if dt.tzinfo is None or dt.utcoffset() is None:
+        raise click.BadParameter(f"{value!r} has no UTC offset: add Z or +01:00")
+    return dt
+
+
+def _deadline_option(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    dt = parse_deadline(value)
+    if dt <= now():
+        raise click.BadParameter(f"{value!r} is not in the future")
+    return dt
+
+
+def _labels_option(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in value:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise click.BadParameter(f"{item!r} is not k=v")
+        labels[k] = v
+    return labels
+
+
+@cli.command("ls", context_settings=CONTEXT)
+@click.option("--prefix", default="", metavar="PREFIX", help="Only keys that start with PREFIX.")
+@click.option("--expired", is_flag=True, help="Only envelopes past their deadline.")
+@output_options(stream=True)
+@store_options(env=False)
+@click.pass_obj
+def ls_cmd(settings: Settings, prefix: str, expired: bool, out: str | None) -> None:
+    """List what is parked, from frame headers (needs no key).
+
+    \b
+    Example:
+      berth ls --prefix org/repo --expired
+    """
+    store = settings.open(keys=False)
+    at = now()
+    items = (item for item in store.list(prefix) if not expired or is_expired(item.deadline, at))
+    if out == "jsonl":
+        for item in items:
+            emit_jsonl(listing_doc(item))
+    elif out == "json":
+        emit_json([listing_doc(item) for item in items])
+    else:
+        rows = list(items)
+        if not rows:
+            click.echo(
+                f"nothing parked for {where(store.identity)}" + (f" under {prefix!r}" if prefix else ""), err=True
+            )
+            return
+        console().print(listing_table(rows, at))
+
+
+def _header_rows(item: berth.Listing, at: datetime) -> list[tuple[str, str]]:
+    return [
+        ("key", item.key),
+        ("run id", item.run_id or "-"),
+        ("created", f"{local(item.created_at)} ({ago(item.created_at, at)})"),
+        (
+            "deadline",
+            "none" if item.deadline is None else f"{local(item.deadline)} ({deadline_text(item.deadline, at)})",
+        ),
+        ("size", f"{size_text(item.size)} ({item.size} bytes)"),
+        ("sealed by", item.sealed_by),
+        ("labels", labels_text(item.labels) or "-"),
+    ]
+
+
+def _envelope_rows(env: berth.Envelope, at: datetime) -> list[tuple[str, str]]:
+    assert env.created_at is not None
+    rows = [
+        ("run id", env.run_id or "-"),
+        ("provider", env.provider or "-"),
+        ("model", env.model or "-"),
+        ("config", env.config_digest or "-"),
+        ("reason", env.reason or "-"),
+        ("turn", f"{env.turn} ({env.remaining_turns} left)"),
+        ("created", f"{local(env.created_at)} ({ago(env.created_at, at)})"),
+        ("deadline", "none" if env.deadline is None else f"{local(env.deadline)} ({deadline_text(env.deadline, at)})"),
+        ("labels", labels_text(env.labels) or "-"),
+    ]
+    if env.trace_id:
+        rows.append(("trace id", env.trace_id))
+    for call in env.pending_calls:
+        rows.append(("pending call", f"{call.name} ({call.id})"))
+    return rows
+
+
+def _print_envelope(key: str, env: berth.Envelope, at: datetime) -> None:
+    print_fields([("key", key), *_envelope_rows(env, at)])
+    out = console()
+    out.print("[bold]provider state[/]")
+    out.print_json(env.provider_state.decode("utf-8"), indent=2)
+    if env.loop_state is not None:
+        out.print("[bold]loop state[/]")
+        out.print_json(env.loop_state.decode("utf-8"), indent=2)
+
+
+@cli.command("show", context_settings=CONTEXT)
+@click.argument("key", callback=remember_key)
+@click.option("--raw", is_flag=True, help="The frame's cleartext header only; needs no key.")
+@output_options()
+@store_options(env=False)
+@click.pass_obj
+def show_cmd(settings: Settings, key: str, raw: bool, out: str | None) -> None:
+    """Open one parked envelope and print it (expired ones too).
+
+    \b
+    Example:
+      berth show 'org/repo#42' --json | jq .provider_state
+    """
+    at = now()
+    if raw:
+        store = settings.open(keys=False)
+        item = find_listing(store, key)
+        if item is None:
+            refuse(f"nothing parked at {where(store.identity, key)}")
+        if out:
+            emit_json(listing_doc(item))
+        else:
+            print_fields(_header_rows(item, at))
+        return
+    store = settings.open(keys=True)
+    parked = store.load(key, allow_expired=True)
+    if parked is None:
+        refuse(f"nothing parked at {where(store.identity, key)}")
+    if out:
+        emit_json(envelope_doc(key, parked.envelope))
+    else:
+        _print_envelope(key, parked.envelope, at)
+
+
+@cli.command("park", context_settings=CONTEXT)
+@click.argument("key", callback=remember_key)
+@click.option(
+    "--state",
+    "state",
+    required=True,
+    type=click.File("rb"),
+    metavar="FILE|-",
+    help="The run's state as JSON, from a file or - for stdin.",
+)
+@click.option("--run-id", default=None, help="Tells successive runs of KEY apart (default: a fresh random id).")
+@click.option("--provider", default="", help="Who produced the state (anthropic, openai, a workflow engine).")
+@click.option("--model", default="", help="The model or machine id at suspend time.")
+@click.option("--reason", default="awaiting answer", show_default=True, help="Why the run parked.")
+@click.option(
+    "--deadline",
+    callback=_deadline_option,
+    metavar="WHEN",
+    help="Never resume after this: 30s, 15m, 2h, 14d from now, or an RFC 3339 time.",
+)
+@click.option("--label", "labels", multiple=True, callback=_labels_option, metavar="K=V", help="A cleartext label.")
+@click.option("--question", default=None, metavar="TEXT", help="Ask a human this question once the run is parked.")
+@output_options()
+@store_options(env=False)
+@click.pass_obj
+def park_cmd(
+    settings: Settings,
+    key: str,
+    state: IO[bytes],
+    run_id: str | None,
+    provider: str,
+    model: str,
+    reason: str,
+    deadline: datetime | None,
+    labels: dict[str, str],
+    question: str | None,
+    out: str | None,
+) -> None:
+    """Seal and park a run's state under KEY (replacing what was there).
+
+    \b
+    Example:
+      berth park 'org/repo#42' --state state.json --deadline 2h --label repo=org/repo
+    """
+    data = state.read()
+    env = berth.Envelope(
+        provider_state=data,
+        provider=provider,
+        model=model,
+        run_id=run_id if run_id is not None else "run-" + secrets.token_hex(4),
+        reason=reason,
+        deadline=deadline,
+        labels=labels,
+    )
+    store = settings.open(keys=True)
+    if question is not None:
+        berth.Coordinator(store, settings.questions()).suspend(key, env, question=question)
+    else:
+        store.save(key, env)
+    item = find_listing(store, key)
+    if item is None:
+        refuse(f"{where(store.identity, key)} vanished right after it was parked")
+    if out:
+        emit_json(listing_doc(item))
+        return
+    at = now()
+    click.echo(
+        f"parked {key!r} for {where(store.identity)}: run {item.run_id}, "
+        f"deadline {deadline_text(item.deadline, at)}, sealed by {item.sealed_by}"
+    )
+
+
+@cli.command("claim", context_settings=CONTEXT)
+@click.argument("key", callback=remember_key)
+@output_options()
+@store_options(env=False)
+@click.pass_obj
+def claim_cmd(settings: Settings, key: str, out: str | None) -> None:
+    """Take the envelope under KEY: exactly one claimer gets it.
+
+    Exit 1 when another claimer won, nothing is parked, or it had expired
+    (an expired envelope is removed, never handed out).
+
+    \b
+    Example:
+      berth claim 'org/repo#42' --json > resumed.json
+    """
+    store = settings.open(keys=True)
+    env = store.claim(key)
+    if env is None:
+        refuse(f"nothing to claim at {where(store.identity, key)}: nothing parked, or another claimer won")
+    if out:
+        emit_json(envelope_doc(key, env))
+        return
+    click.echo(f"claimed {key!r} for {where(store.identity)}: this caller now owns run {env.run_id}", err=True)
+    _print_envelope(key, env, now())
+
+
+@cli.command("rm", context_settings=CONTEXT)
+@click.argument("key", callback=remember_key)
+@click.option("--force", is_flag=True, help="Also remove an expired frame, or one that does not open.")
+@store_options(env=False)
+@click.pass_obj
+def rm_cmd(settings: Settings, key: str, force: bool) -> None:
+    """Claim the envelope under KEY and discard it.
+
+    --force removes it by its header's token without opening it: for frames
+    that have expired, were tampered with, or are sealed under a key you lack.
+
+    \b
+    Example:
+      berth rm 'org/repo#42' --force
+    """
+    if force:
+        store = settings.open(keys=False)
+        item = find_listing(store, key)
+        token = item.token if item is not None else _raw_token(store, key)
+        if token is None:
+            refuse(f"nothing parked at {where(store.identity, key)}")
+        try:
+            store.delete(key, token)
+        except berth.TokenMismatch:
+            refuse(f"{where(store.identity, key)} changed while it was being removed: nothing removed, try again")
+        click.echo(f"removed {key!r} for {where(store.identity)} (unopened)")
+        return
+    store = settings.open(keys=True)
+    try:
+        parked = store.load(key)
+    except berth.Expired:
+        refuse(f"{where(store.identity, key)} is past its deadline: `berth rm --force` removes it")
+    except (berth.IntegrityError, berth.FormatError) as exc:
+        refuse(f"{exc}; `berth rm --force` removes it unopened")
+    if parked is None:
+        refuse(f"nothing parked at {where(store.identity, key)}")
+    try:
+        store.delete(key, parked.token)
+    except berth.TokenMismatch:
+        refuse(f"{where(store.identity, key)} was claimed or re-parked meanwhile: nothing removed")
+    _drop_question(settings, key, parked.envelope.run_id)
+    click.echo(f"removed {key!r} for {where(store.identity)}")
+
+
+def _raw_token(store: berth.Store, key: str) -> berth.Token | None:
+    """The token of bytes under `key` that are not a readable frame (listing skips them)."""
+    found = store.backend.get(f"{store.identity}/{key}")
+    return None if found is None else found[1]
+
+
+def _drop_question(settings: Settings, key: str, run_id: str) -> None:
+    """Consume the question the removed run was waiting on (a newer run's question is left alone)."""
+    try:
+        qs = settings.questions()
+        q = qs.pending(key)
+        if q is not None and q.run_id == run_id:
+            qs.consume(key, q.id)
+    except berth.BerthError as exc:
+        warn(f"removed {key!r}, but its question stays until swept: {exc}")
+
+
+@cli.command("sweep", context_settings=CONTEXT)
+@click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+@output_options()
+@store_options(env=False)
+@click.pass_obj
+def sweep_cmd(settings: Settings, dry_run: bool, out: str | None) -> None:
+    """Remove every envelope past its deadline (needs no key).
+
+    Each is removed only if unchanged since it was listed: a run re-parked
+    meanwhile survives. Their questions go with them.
+
+    \b
+    Example:
+      berth sweep --dry-run
+    """
+    store = settings.open(keys=False)
+    at = now()
+    expired = [item for item in store.list() if is_expired(item.deadline, at)]
+    removed: list[str] = []
+    if not dry_run:
+        with progress("sweeping", len(expired)) as advance:
+            for item in expired:
+                try:
+                    store.delete(item.key, item.token)
+                    removed.append(item.key)
+                except berth.TokenMismatch:
+                    pass  # re-parked or claimed since it was listed: not ours to remove
+                advance()
+    keys = [item.key for item in expired] if dry_run else removed
+    dropped = 0 if dry_run else settings.questions(keys=False).sweep(at)
+    if out:
+        emit_json({"dry_run": dry_run, "swept": len(keys), "keys": keys, "questions": dropped})
+        return
+    verb = "would remove" if dry_run else "removed"
+    click.echo(
+        f"{verb} {len(keys)} expired envelope{'s' if len(keys) != 1 else ''} for {where(store.identity)}"
+        + (f" and {dropped} question{'s' if dropped != 1 else ''}" if dropped else "")
+    )
+    for key in keys:
+        click.echo(f"  {key}")
+
+
+@cli.command("reseal", context_settings=CONTEXT)
+@click.option(
+    "--accept-plaintext", is_flag=True, help="Also seal legacy plaintext frames (a migration; off by default)."
+)
+@output_options()
+@store_options(env=False)
+@click.pass_obj
+def reseal_cmd(settings: Settings, accept_plaintext: bool, out: str | None) -> None:
+    """Re-seal every envelope not sealed by the current key.
+
+    Run it after `berth keys rotate`, or with BERTH_KMS and BERTH_KEYRING both
+    set to move a keyring store onto a KMS.
+
+    Exit 1 if any frame could not be opened.
+
+    \b
+    Example:
+      berth keys rotate keys.json && berth reseal --keyring keys.json
+    """
+    store = settings.open(keys=True, accept_plaintext=accept_plaintext)
+    with progress("resealing", None):
+        report = store.reseal()
+    moved, skipped, failed = int(report), getattr(report, "skipped", 0), getattr(report, "failed", 0)
+    if out:
+        emit_json({"moved": moved, "skipped": skipped, "failed": failed})
+    else:
+        sealed_by = f"{store.sealer.name}:{store.sealer.key_id}"
+        click.echo(
+            f"resealed {moved} envelope{'s' if moved != 1 else ''} for {where(store.identity)} under {sealed_by}"
+            + (f"; {skipped} changed meanwhile" if skipped else "")
+            + (f"; {failed} did not open" if failed else "")
+        )
+    if failed:
+        refuse(
+            f"{failed} frame{'s' if failed != 1 else ''} of {where(store.identity)} did not open: run `berth verify`"
+        )
+
+
+VERIFY_STATES = ("ok", "expired", "tampered", "unknown_key", "unreadable")
+
+
+def verify_one(store: berth.Store, key: str) -> tuple[str, str]:
+    """Open the frame under `key`: one of VERIFY_STATES (or `gone`) and why."""
+    try:
+        parked = store.load(key)
+    except berth.Expired:
+        return "expired", "past its deadline: never resumed (`berth sweep` removes it)"
+    except berth.IntegrityError as exc:
+        item = find_listing(store, key)
+        if item is not None:
+            name, _, key_id = item.sealed_by.partition(":")
+            if name != berth.PlaintextSealer.name and not store.sealer.can_open(name, key_id):
+                return "unknown_key", f"sealed by {item.sealed_by}, which the configured sealer does not hold"
+        return "tampered", str(exc)
+    except berth.FormatError as exc:
+        return "unreadable", str(exc)
+    if parked is None:
+        return "gone", "claimed or removed while verifying"
+    return "ok", ""
+
+
+def _names(store: berth.Store) -> Iterator[str]:
+    prefix = store.identity + "/"
+    for name in store.backend.scan(prefix):
+        yield name[len(prefix) :]
+
+
+@cli.command("verify", context_settings=CONTEXT)
+@output_options(stream=True)
+@store_options(env=False)
+@click.pass_obj
+def verify_cmd(settings: Settings, out: str | None) -> None:
+    """Open every frame; count ok, expired, tampered, unknown key.
+
+    Exit 1 if any frame is tampered with (or unreadable).
+
+    \b
+    Example:
+      berth verify --keyring keys.json --jsonl | grep -v '"ok"'
+    """
+    store = settings.open(keys=True)
+    counts = dict.fromkeys(VERIFY_STATES, 0)
+    problems: list[dict[str, str]] = []
+    total = sum(1 for _ in _names(store)) if sys.stderr.isatty() else None
+    with progress("verifying", total) as advance:
+        for key in _names(store):
+            state, why = verify_one(store, key)
+            advance()
+            if state == "gone":
+                continue
+            counts[state] += 1
+            if out == "jsonl":
+                emit_jsonl({"key": key, "status": state, "error": why or None})
+            elif state != "ok":
+                problems.append({"key": key, "status": state, "error": why})
+    if out == "json":
+        emit_json({**counts, "problems": problems})
+    elif out is None:
+        for p in problems:
+            click.echo(f"{p['status'].replace('_', ' '):<11} {p['key']}: {one_line(p['error'])}")
+        summary = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n or s in ("ok", "tampered"))
+        click.echo(f"{where(store.identity)}: {summary}")
+    bad = counts["tampered"] + counts["unreadable"]
+    if bad:
+        refuse(f"{bad} frame{'s' if bad != 1 else ''} of {where(store.identity)} refused as tampered or unreadable")
