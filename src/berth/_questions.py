@@ -32,7 +32,7 @@ from berth._envelope import Envelope
 from berth._errors import BackendError, FormatError, IntegrityError, InvalidKey, TokenMismatch, where
 from berth._keys import validate_identity, validate_key
 from berth._sealer import Sealer
-from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Store
+from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Store
 from berth._token import Token
 from berth.backends import Backend, open_backend
 
@@ -308,6 +308,31 @@ class QuestionStore:
         """
         record = self._read(self._key(key))
         return None if record is None else record.answer
+
+    def record(self, key: str) -> tuple[Question, Answer | None] | None:
+        """The pending question under `key` with its answer (None while unanswered), in one read; None if none.
+
+        Raises:
+            InvalidKey: the key breaks the key rules (before any I/O).
+            IntegrityError, FormatError: the record does not open.
+            BackendError: the backend failed.
+        """
+        record = self._read(self._key(key))
+        return None if record is None else (record.question, record.answer)
+
+    def headers(self, prefix: str = "") -> Iterator[Listing]:
+        """Stream the cleartext headers of the question records under `prefix`, without opening them.
+
+        Each `Listing` has the key, run id, `created_at` (when the question was
+        asked), the run's deadline and the record's token, which changes with
+        every new question or answer. Needs no keys: the prompt and the answer
+        stay sealed.
+
+        Raises:
+            InvalidKey: a malformed prefix (before any I/O).
+            BackendError: the backend failed.
+        """
+        return self._frames.list(prefix)
 
     def provide(self, key: str, question_id: str, text: str, by: str = "unknown") -> Answer:
         """Answer the pending question under `key` (the human's side).

@@ -1,0 +1,473 @@
+"""The inbox's ASGI app: the page, its forms, the JSON API, /metrics and /health (Starlette).
+
+Every store call is blocking and runs in Starlette's thread pool. Every response
+carries security headers: a Content-Security-Policy that allows only this
+origin's own scripts and styles (no inline code anywhere), no framing, no
+referrer, no sniffing; pages are not cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import berth
+from berth._serve import _views as views
+from berth._serve._auth import CSRF_COOKIE, SESSION_COOKIE, Auth, is_loopback, new_csrf, same_token
+from berth._serve._inbox import Card, Inbox, Refused
+from berth._serve._openapi import OPENAPI
+
+__all__ = ["create_app"]
+
+HERE = Path(__file__).parent
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+]
+MAX_LIMIT_PAGE = 100
+MAX_LIMIT_API = 1000
+MAX_ANSWER_CHARS = 65536
+
+log = logging.getLogger("berth.serve")
+
+
+class _SecurityHeaders:
+    """ASGI middleware adding the security headers to every HTTP response."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", []) if h[0] not in {k for k, _ in SECURITY_HEADERS}]
+                message["headers"] = headers + SECURITY_HEADERS
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class _Http(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(HERE / "templates")),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(views.FILTERS)
+    return env
+
+
+def create_app(
+    inbox: Inbox,
+    auth: Auth,
+    *,
+    poll_seconds: float = 3.0,
+    secure_cookies: bool | None = None,
+) -> Starlette:
+    """The inbox app for `inbox`, guarded by `auth`.
+
+    Args:
+        inbox: the identities and stores served.
+        auth: tokens, trusted header and sessions.
+        poll_seconds: how often an open page asks for changes.
+        secure_cookies: mark cookies Secure; None marks them when the request came over https.
+    """
+    env = _templates()
+
+    # --- who is asking ---------------------------------------------------------------------
+
+    def loopback_host(request: Request) -> bool:
+        return is_loopback(request.url.hostname or "")
+
+    def page_person(request: Request) -> tuple[str, str] | None:
+        """(person, csrf) for a page request, or None when it must log in."""
+        person = auth.from_header(request.headers)
+        session = auth.session(request.cookies.get(SESSION_COOKIE))
+        if session is not None:
+            return session.person, session.csrf
+        if person is not None:
+            return person, request.cookies.get(CSRF_COOKIE) or ""
+        if not auth.required:
+            if not loopback_host(request):
+                raise _Http(421, "without authentication the inbox answers only to a loopback host name")
+            return auth.local_person, request.cookies.get(CSRF_COOKIE) or ""
+        return None
+
+    def api_person(request: Request) -> str:
+        person = auth.bearer(request.headers.get("authorization")) or auth.from_header(request.headers)
+        if person is not None:
+            return person
+        if not auth.required:
+            if not loopback_host(request):
+                raise _Http(421, "without authentication the inbox answers only to a loopback host name")
+            return auth.local_person
+        raise _Http(401, "authentication required: send Authorization: Bearer <BERTH_SERVE_TOKEN>")
+
+    def secure(request: Request) -> bool:
+        return request.url.scheme == "https" if secure_cookies is None else secure_cookies
+
+    def with_csrf_cookie(request: Request, response: Response, csrf: str) -> Response:
+        if request.cookies.get(CSRF_COOKIE) != csrf:
+            response.set_cookie(
+                CSRF_COOKIE, csrf, httponly=True, samesite="strict", secure=secure(request), path="/"
+            )
+        return response
+
+    def csrf_for(request: Request, known: str) -> str:
+        return known or request.cookies.get(CSRF_COOKIE) or new_csrf()
+
+    async def form_checked(request: Request, csrf: str) -> Any:
+        form = await request.form()
+        if not same_token(str(form.get("csrf", "")), csrf):
+            raise _Http(403, "the form expired or did not come from this page: reload and try again")
+        return form
+
+    def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = env.get_template(name).render(**context)
+        return HTMLResponse(html, status_code=status, headers={"cache-control": "no-store"})
+
+    # --- the page --------------------------------------------------------------------------
+
+    def view_args(request: Request) -> dict[str, Any]:
+        q = request.query_params
+        identity = q.get("identity") or None
+        if identity is not None and identity not in inbox.sources:
+            raise _Http(404, f"this inbox does not serve identity {identity!r}")
+        labels: list[tuple[str, str]] = []
+        for raw in q.getlist("label"):
+            if raw:
+                k, _, v = raw.partition("=")
+                labels.append((k, v))
+        return {
+            "identity": identity,
+            "labels": labels,
+            "prefix": q.get("prefix", ""),
+            "offset": _int(q.get("offset"), 0, 0, 10**9),
+            "limit": _int(q.get("limit"), 25, 1, MAX_LIMIT_PAGE),
+        }
+
+    async def page_context(request: Request, person: str, csrf: str) -> dict[str, Any]:
+        args = view_args(request)
+        page = await run_in_threadpool(inbox.page, **args)
+        filters = {
+            "identity": args["identity"] or "",
+            "label": [f"{k}={v}" for k, v in args["labels"]],
+            "prefix": args["prefix"],
+        }
+        return {
+            "person": person,
+            "csrf": csrf,
+            "page": page,
+            "identities": inbox.identities,
+            "filters": filters,
+            "query": lambda **over: _query(filters, args["limit"], **over),
+            "logout": auth.required and request.cookies.get(SESSION_COOKIE) is not None,
+            "poll_ms": int(poll_seconds * 1000),
+            "now": page.snapshot.taken_at,
+        }
+
+    async def index(request: Request) -> Response:
+        who = page_person(request)
+        if who is None:
+            return RedirectResponse("/login", status_code=303)
+        person, known = who
+        csrf = csrf_for(request, known)
+        context = await page_context(request, person, csrf)
+        done = request.query_params.get("done")
+        context["notice"] = None
+        if done:
+            context["notice"] = {"kind": "ok", "text": f"Answered {done} as {person}.", "card": None}
+        return with_csrf_cookie(request, render("inbox.html", **context), csrf)
+
+    async def fragment(request: Request) -> Response:
+        who = page_person(request)
+        if who is None:
+            return PlainTextResponse("log in again", status_code=401)
+        person, known = who
+        context = await page_context(request, person, csrf_for(request, known))
+        html = env.get_template("_live.html").render(**context)
+        etag = '"' + hashlib.sha256(html.encode()).hexdigest()[:32] + '"'
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers={"etag": etag, "cache-control": "no-cache"})
+        return HTMLResponse(html, headers={"etag": etag, "cache-control": "no-cache"})
+
+    async def answer_form(request: Request) -> Response:
+        who = page_person(request)
+        if who is None:
+            return RedirectResponse("/login", status_code=303)
+        person, known = who
+        csrf = csrf_for(request, known)
+        form = await form_checked(request, known or request.cookies.get(CSRF_COOKIE) or "")
+        identity = str(form.get("identity", ""))
+        key = str(form.get("key", ""))
+        question_id = str(form.get("question_id", ""))
+        choice = str(form.get("choice", "respond"))
+        body = str(form.get("text", "")).strip()
+        back = str(form.get("back", ""))
+        if identity not in inbox.sources:
+            raise _Http(404, f"this inbox does not serve identity {identity!r}")
+        error: str | None = None
+        if choice == "approve":
+            text = "approve" + (f": {body}" if body else "")
+        elif choice == "reject":
+            text = "reject" + (f": {body}" if body else "")
+        elif choice == "respond":
+            text = body
+            if not text:
+                error = "Write an answer before sending it."
+        else:
+            raise _Http(400, f"unknown choice {choice!r}")
+        if len(body) > MAX_ANSWER_CHARS:
+            error = f"An answer is at most {MAX_ANSWER_CHARS} characters."
+        status = 400
+        fresh: Card | None = None
+        if error is None:
+            try:
+                await run_in_threadpool(inbox.answer, identity, key, question_id, text, by=person, via="page")
+            except Refused as exc:
+                status, fresh = exc.status, exc.card
+                error = (
+                    f"Nothing is waiting at {key} any more: it was resumed or removed. Nothing was recorded."
+                    if exc.status == 404
+                    else _refusal_text(key, question_id, exc.card)
+                )
+            except berth.InvalidKey as exc:
+                raise _Http(400, str(exc)) from exc
+            else:
+                target = "/?" + urlencode([*_parse_back(back), ("done", f"{key}")])
+                return RedirectResponse(target + "#" + views.card_id(identity, key), status_code=303)
+        context = await page_context(request, person, csrf)
+        context["notice"] = {"kind": "error", "text": error, "card": fresh}
+        return with_csrf_cookie(request, render("inbox.html", status=status, **context), csrf)
+
+    # --- login -----------------------------------------------------------------------------
+
+    async def login_page(request: Request) -> Response:
+        if not auth.login_form:
+            return _plain(401, "sign in through the proxy in front of this inbox")
+        csrf = request.cookies.get(CSRF_COOKIE) or new_csrf()
+        return with_csrf_cookie(request, render("login.html", csrf=csrf, error=None), csrf)
+
+    async def login(request: Request) -> Response:
+        if not auth.login_form:
+            return _plain(401, "sign in through the proxy in front of this inbox")
+        csrf = request.cookies.get(CSRF_COOKIE) or ""
+        form = await form_checked(request, csrf)
+        made = auth.login(str(form.get("token", "")))
+        if made is None:
+            log.warning("berth serve: failed login from %s", request.client.host if request.client else "?")
+            csrf = csrf or new_csrf()
+            response = render("login.html", status=401, csrf=csrf, error="That token is not valid.")
+            return with_csrf_cookie(request, response, csrf)
+        sid, _session = made
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE, sid, httponly=True, samesite="strict", secure=secure(request), path="/", max_age=12 * 3600
+        )
+        return response
+
+    async def logout(request: Request) -> Response:
+        sid = request.cookies.get(SESSION_COOKIE)
+        session = auth.session(sid)
+        if session is not None:
+            await form_checked(request, session.csrf)
+            auth.logout(sid)
+        response = RedirectResponse("/login" if auth.login_form else "/", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+
+    # --- the JSON API ----------------------------------------------------------------------
+
+    async def api_questions(request: Request) -> Response:
+        api_person(request)
+        q = request.query_params
+        args = view_args(request)
+        args["limit"] = _int(q.get("limit"), 100, 1, MAX_LIMIT_API)
+        page = await run_in_threadpool(inbox.page, **args)
+        headers = {}
+        if page.next_offset is not None:
+            filters = {"identity": args["identity"] or "", "label": [f"{k}={v}" for k, v in args["labels"]]}
+            filters["prefix"] = args["prefix"]
+            headers["link"] = f'</api/questions?{_query(filters, page.limit, offset=page.next_offset)}>; rel="next"'
+        headers["x-total-count"] = str(page.total)
+        return JSONResponse([views.question_doc(c) for c in page.cards], headers=headers)
+
+    async def api_answer(request: Request) -> Response:
+        person = api_person(request)
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            raise _Http(415, "send the answer as application/json")
+        try:
+            doc = await request.json()
+        except ValueError as exc:
+            raise _Http(400, "the body is not JSON") from exc
+        if not isinstance(doc, dict):
+            raise _Http(400, 'send {"key": ..., "question_id": ..., "text": ...}')
+        missing = [f for f in ("key", "question_id", "text") if not isinstance(doc.get(f), str)]
+        if missing:
+            raise _Http(400, f"missing or not a string: {', '.join(missing)}")
+        identity = doc.get("identity") or inbox.identities[0]
+        if identity not in inbox.sources:
+            raise _Http(404, f"this inbox does not serve identity {identity!r}")
+        if len(doc["text"]) > MAX_ANSWER_CHARS:
+            raise _Http(413, f"an answer is at most {MAX_ANSWER_CHARS} characters")
+        try:
+            done = await run_in_threadpool(
+                inbox.answer, identity, doc["key"], doc["question_id"], doc["text"], by=person, via="api"
+            )
+        except Refused as exc:
+            body: dict[str, Any] = {"error": str(exc)}
+            if exc.card is not None:
+                body["question"] = views.question_doc(exc.card)
+            return JSONResponse(body, status_code=exc.status)
+        except berth.InvalidKey as exc:
+            raise _Http(400, str(exc)) from exc
+        return JSONResponse(views.answer_doc(done.card, done.answer), status_code=201)
+
+    async def api_runs(request: Request) -> Response:
+        api_person(request)
+        q = request.query_params
+        identity = q.get("identity") or inbox.identities[0]
+        if identity not in inbox.sources:
+            raise _Http(404, f"this inbox does not serve identity {identity!r}")
+        offset = _int(q.get("offset"), 0, 0, 10**9)
+        limit = _int(q.get("limit"), 100, 1, MAX_LIMIT_API)
+        try:
+            runs = await run_in_threadpool(inbox.runs, identity, prefix=q.get("prefix", ""), offset=offset, limit=limit)
+        except berth.InvalidKey as exc:
+            raise _Http(400, str(exc)) from exc
+        headers = {}
+        if len(runs) == limit:
+            filters = {"identity": identity, "prefix": q.get("prefix", ""), "label": []}
+            headers["link"] = f'</api/runs?{_query(filters, limit, offset=offset + limit)}>; rel="next"'
+        return JSONResponse([views.run_doc(identity, r) for r in runs], headers=headers)
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(OPENAPI)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(request: Request) -> Response:
+        api_person(request)
+        snap = await run_in_threadpool(inbox.snapshot)
+        text = views.metrics_text(inbox, auth, snap)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    # --- errors ----------------------------------------------------------------------------
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, _Http)
+        if request.url.path.startswith("/api/") or request.url.path == "/metrics":
+            headers = {"www-authenticate": 'Bearer realm="berth"'} if exc.status == 401 else None
+            return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=headers)
+        return _plain(exc.status, str(exc))
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        try:
+            yield
+        finally:
+            await run_in_threadpool(inbox.close)
+
+    routes = [
+        Route("/", index),
+        Route("/inbox/live", fragment),
+        Route("/answer", answer_form, methods=["POST"]),
+        Route("/login", login_page),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/api/questions", api_questions),
+        Route("/api/answers", api_answer, methods=["POST"]),
+        Route("/api/runs", api_runs),
+        Route("/api/openapi.json", openapi),
+        Route("/health", health),
+        Route("/metrics", metrics),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {_Http: http_error}
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
+    app.add_middleware(_SecurityHeaders)
+    return app
+
+
+def _plain(status: int, message: str) -> Response:
+    return PlainTextResponse(message + "\n", status_code=status, headers={"cache-control": "no-store"})
+
+
+def _int(raw: str | None, default: int, low: int, high: int) -> int:
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise _Http(400, f"not a whole number: {raw[:40]!r}") from exc
+    return min(max(value, low), high)
+
+
+def _query(filters: dict[str, Any], limit: int, **over: Any) -> str:
+    pairs: list[tuple[str, str]] = []
+    merged = {**filters, **over}
+    for name in ("identity", "prefix"):
+        if merged.get(name):
+            pairs.append((name, str(merged[name])))
+    pairs += [("label", lab) for lab in merged.get("label", [])]
+    if merged.get("offset"):
+        pairs.append(("offset", str(merged["offset"])))
+    if limit != 25:
+        pairs.append(("limit", str(limit)))
+    return urlencode(pairs)
+
+
+def _parse_back(back: str) -> Sequence[tuple[str, str]]:
+    from urllib.parse import parse_qsl
+
+    return [(k, v) for k, v in parse_qsl(back) if k in ("identity", "prefix", "label", "offset", "limit")]
+
+
+def _refusal_text(key: str, question_id: str, card: Card | None) -> str:
+    if card is None:
+        return f"Nothing is waiting at {key} any more. Nothing was recorded."
+    if card.question.id != question_id:
+        return f"The question at {key} changed before your answer arrived, so nothing was recorded. The new question:"
+    assert card.answer is not None
+    when = card.answer.answered_at
+    return f"{key} was already answered by {card.answer.by} at {_hm(when)}. Your answer was not recorded."
+
+
+def _hm(dt: datetime) -> str:
+    return dt.strftime("%Y-%m-%d %H:%M UTC")
+

@@ -1,0 +1,185 @@
+"""Who is asking: bearer tokens, the login session, a trusted proxy header, and CSRF.
+
+Rules (docs/serve.md): off loopback the inbox refuses to start without a token
+or a trusted header. Once either is configured every request needs it, loopback
+included. `BERTH_SERVE_TOKEN` is one token, or several `person:token` pairs
+separated by commas; the person a token names is who its answers are recorded
+as (a bare token names `token-holder`). The page logs in with a token and keeps
+a server-side session behind an HttpOnly, SameSite=Strict cookie; logging out
+ends the session. Every form carries a CSRF token: the session's own, or before
+login (and on loopback without authentication) a double-submit cookie.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import secrets
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["Auth", "AuthError", "Session", "is_loopback", "parse_tokens"]
+
+SESSION_COOKIE = "berth_session"
+CSRF_COOKIE = "berth_csrf"
+SESSION_SECONDS = 12 * 3600
+BARE_TOKEN_PERSON = "token-holder"
+_MIN_TOKEN = 16
+
+
+class AuthError(ValueError):
+    """A configuration the inbox will not start with (one line)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a bind address or name) only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_tokens(raw: str | None) -> dict[str, str]:
+    """`BERTH_SERVE_TOKEN` as {token: person}: one bare token, or `person:token` pairs separated by commas."""
+    tokens: dict[str, str] = {}
+    if raw is None or not raw.strip():
+        return tokens
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        person, sep, token = part.rpartition(":")
+        if not sep:
+            person, token = BARE_TOKEN_PERSON, part
+        person = person.strip()
+        if not person or not person.isprintable():
+            raise AuthError("BERTH_SERVE_TOKEN: every `person:token` pair needs a printable person name")
+        if len(token) < _MIN_TOKEN:
+            raise AuthError(
+                f"BERTH_SERVE_TOKEN: the token for {person!r} is shorter than {_MIN_TOKEN} characters "
+                "(make one with: python -c 'import secrets; print(secrets.token_urlsafe())')"
+            )
+        if token in tokens:
+            raise AuthError(f"BERTH_SERVE_TOKEN: one token is given for both {tokens[token]!r} and {person!r}")
+        tokens[token] = person
+    return tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A logged-in browser: who, until when, and its CSRF token."""
+
+    person: str
+    expires: float
+    csrf: str
+
+
+class Auth:
+    """The inbox's authentication settings and its live sessions."""
+
+    def __init__(
+        self,
+        *,
+        tokens: Mapping[str, str] | None = None,
+        trusted_header: str | None = None,
+        local_person: str = "local",
+    ):
+        self.tokens = dict(tokens or {})
+        self.trusted_header = trusted_header.strip().lower() if trusted_header else None
+        self.local_person = local_person
+        self.failed_logins = 0
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def required(self) -> bool:
+        """Whether any request needs credentials (a token or a trusted header is configured)."""
+        return bool(self.tokens) or self.trusted_header is not None
+
+    @property
+    def login_form(self) -> bool:
+        """Whether the page offers a login form (tokens are configured)."""
+        return bool(self.tokens)
+
+    def check_bind(self, host: str) -> None:
+        """Refuse to serve off loopback without authentication."""
+        if not is_loopback(host) and not self.required:
+            raise AuthError(
+                f"refusing to serve on {host} without authentication: "
+                "set BERTH_SERVE_TOKEN or pass --trusted-header NAME (or bind to 127.0.0.1)"
+            )
+
+    # --- credentials -----------------------------------------------------------------------
+
+    def person_for_token(self, token: str) -> str | None:
+        """The person `token` names, compared in constant time against every configured token."""
+        found: str | None = None
+        given = token.encode()
+        for known, person in self.tokens.items():
+            if hmac.compare_digest(given, known.encode()):
+                found = person
+        return found
+
+    def bearer(self, authorization: str | None) -> str | None:
+        """The person an `Authorization: Bearer` header names, or None."""
+        if not authorization:
+            return None
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            return None
+        return self.person_for_token(value.strip())
+
+    def from_header(self, headers: Mapping[str, str]) -> str | None:
+        """The person the trusted proxy header names, or None."""
+        if self.trusted_header is None:
+            return None
+        value = headers.get(self.trusted_header, "").strip()
+        return value if value and value.isprintable() and len(value) <= 256 else None
+
+    # --- sessions --------------------------------------------------------------------------
+
+    def login(self, token: str) -> tuple[str, Session] | None:
+        """A new session for the person `token` names, or None (and a failed login counted)."""
+        person = self.person_for_token(token)
+        if person is None:
+            with self._lock:
+                self.failed_logins += 1
+            return None
+        sid = secrets.token_urlsafe(32)
+        session = Session(person, time.time() + SESSION_SECONDS, secrets.token_urlsafe(32))
+        with self._lock:
+            now = time.time()
+            for old in [k for k, s in self._sessions.items() if s.expires < now]:
+                del self._sessions[old]
+            self._sessions[sid] = session
+        return sid, session
+
+    def session(self, sid: str | None) -> Session | None:
+        """The live session behind cookie value `sid`, or None."""
+        if not sid:
+            return None
+        with self._lock:
+            session = self._sessions.get(sid)
+            if session is not None and session.expires < time.time():
+                del self._sessions[sid]
+                return None
+        return session
+
+    def logout(self, sid: str | None) -> None:
+        """End the session behind `sid` (nothing if there is none)."""
+        if sid:
+            with self._lock:
+                self._sessions.pop(sid, None)
+
+
+def new_csrf() -> str:
+    """A fresh double-submit CSRF token."""
+    return secrets.token_urlsafe(32)
+
+
+def same_token(a: str | None, b: str | None) -> bool:
+    """Constant-time equality of two present tokens."""
+    return bool(a) and bool(b) and hmac.compare_digest(str(a).encode(), str(b).encode())

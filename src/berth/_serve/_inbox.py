@@ -1,0 +1,316 @@
+"""What the inbox shows and does, without HTTP: open questions from headers, one page opened, answers.
+
+A snapshot lists the cleartext headers of every question record and every
+parked envelope (no keys needed, bounded work per frame) and is shared by every
+request for a short while, so a page polled by many browsers costs one listing
+per refresh, not one per request. Only the questions on the page being shown are
+opened (their prompts are sealed). Envelope state is never opened at all: the
+inbox holds the envelope store with a plaintext sealer, which can list headers
+and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from types import MappingProxyType
+
+import berth
+
+__all__ = ["Answered", "Card", "Inbox", "Item", "Page", "Refused", "Snapshot", "Source"]
+
+audit = logging.getLogger("berth.serve.audit")
+
+CHOICES_LABEL = "berth.choices"
+"""Envelope label naming the structured answers a question offers: `approve`, `reject`, `respond`."""
+
+KNOWN_CHOICES = ("approve", "reject", "respond")
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass
+class Source:
+    """One identity the inbox serves: its envelope store (headers only) and its question store."""
+
+    identity: str
+    store: berth.Store
+    questions: berth.QuestionStore
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One open question as the headers tell it: no prompt, no answer."""
+
+    identity: str
+    key: str
+    run_id: str
+    asked_at: datetime
+    deadline: datetime | None
+    labels: Mapping[str, str]
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """One open question, opened: what a person sees and answers."""
+
+    item: Item
+    question: berth.Question
+    answer: berth.Answer | None
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        """The structured answers offered: from the `berth.choices` label, else free text only."""
+        raw = self.item.labels.get(CHOICES_LABEL, "")
+        picked = tuple(c for c in (p.strip() for p in raw.split(",")) if c in KNOWN_CHOICES)
+        return picked or ("respond",)
+
+    @property
+    def shown_labels(self) -> list[tuple[str, str]]:
+        """The run's labels for people to read: sorted, without berth's own (`berth.*`)."""
+        return sorted((k, v) for k, v in self.item.labels.items() if not k.startswith("berth."))
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """Per-identity figures for the page's tabs and /metrics."""
+
+    parked: int = 0
+    questions: int = 0
+    expired: int = 0
+    oldest_asked: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every open question (newest first) and per-identity counts, from headers, at one moment."""
+
+    taken_at: datetime
+    items: Sequence[Item]
+    counts: Mapping[str, Counts]
+    took: float = 0.0
+    labels: Sequence[tuple[str, str]] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of open questions, opened, with where it sits in the filtered whole."""
+
+    cards: Sequence[Card]
+    total: int
+    offset: int
+    limit: int
+    snapshot: Snapshot
+
+    @property
+    def next_offset(self) -> int | None:
+        """The offset of the next page, or None on the last."""
+        return self.offset + self.limit if self.offset + self.limit < self.total else None
+
+    @property
+    def prev_offset(self) -> int | None:
+        """The offset of the previous page, or None on the first."""
+        return max(0, self.offset - self.limit) if self.offset > 0 else None
+
+
+class Refused(Exception):
+    """An answer not recorded: `status` 404 (nothing pending) or 409 (superseded or already answered)."""
+
+    def __init__(self, status: int, message: str, card: Card | None = None):
+        super().__init__(message)
+        self.status = status
+        self.card = card
+
+
+@dataclass(frozen=True)
+class Answered:
+    """An answer just recorded, and the card it belongs to."""
+
+    answer: berth.Answer
+    card: Card
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Inbox:
+    """The inbox's data side over one or more identities; every method is blocking (run it in a thread)."""
+
+    def __init__(self, sources: Iterable[Source], *, max_age: float = 1.0):
+        self.sources = {s.identity: s for s in sources}
+        if not self.sources:
+            raise ValueError("the inbox needs at least one identity")
+        self.max_age = max_age
+        self.answers_given: dict[tuple[str, str], int] = {}
+        self._snapshot: Snapshot | None = None
+        self._taken = 0.0
+        self._lock = threading.Lock()
+
+    @property
+    def identities(self) -> list[str]:
+        """The identities served, in the order given."""
+        return list(self.sources)
+
+    def close(self) -> None:
+        """Close every store."""
+        for s in self.sources.values():
+            s.questions.close()
+            s.store.close()
+
+    # --- the snapshot ----------------------------------------------------------------------
+
+    def snapshot(self, *, fresh: bool = False) -> Snapshot:
+        """The current snapshot, refreshed when older than `max_age` (or five times its own cost; 0: always)."""
+        with self._lock:
+            snap = self._snapshot
+            age = time.monotonic() - self._taken
+            if fresh or snap is None or self.max_age <= 0 or age > max(self.max_age, 5 * snap.took):
+                started = time.monotonic()
+                snap = self._take()
+                self._taken = time.monotonic()
+                snap = Snapshot(snap.taken_at, snap.items, snap.counts, self._taken - started, snap.labels)
+                self._snapshot = snap
+            return snap
+
+    def invalidate(self) -> None:
+        """Make the next request list afresh (after an answer, so the answerer sees it)."""
+        with self._lock:
+            self._snapshot = None
+
+    def _take(self) -> Snapshot:
+        now = _utcnow()
+        items: list[Item] = []
+        counts: dict[str, Counts] = {}
+        labels: set[tuple[str, str]] = set()
+        for identity, source in self.sources.items():
+            heads = {h.key: h for h in source.questions.headers()}
+            parked = expired = 0
+            run_labels: dict[str, Mapping[str, str]] = {}
+            run_deadlines: dict[str, datetime | None] = {}
+            for listing in source.store.list():
+                parked += 1
+                if listing.deadline is not None and now > listing.deadline:
+                    expired += 1
+                if listing.key in heads:
+                    run_labels[listing.key] = listing.labels
+                    run_deadlines[listing.key] = listing.deadline
+            oldest: datetime | None = None
+            for key, h in heads.items():
+                lab = run_labels.get(key, _EMPTY)
+                labels.update((k, v) for k, v in lab.items() if not k.startswith("berth."))
+                deadline = h.deadline if h.deadline is not None else run_deadlines.get(key)
+                items.append(Item(identity, key, h.run_id, h.created_at, deadline, lab, str(h.token)))
+                if oldest is None or h.created_at < oldest:
+                    oldest = h.created_at
+            counts[identity] = Counts(parked, len(heads), expired, oldest)
+        items.sort(key=lambda i: (i.asked_at, i.identity, i.key), reverse=True)
+        return Snapshot(now, tuple(items), counts, 0.0, tuple(sorted(labels)))
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def page(
+        self,
+        *,
+        identity: str | None = None,
+        labels: Sequence[tuple[str, str]] = (),
+        prefix: str = "",
+        offset: int = 0,
+        limit: int = 25,
+    ) -> Page:
+        """Open questions matching the filters, newest first: `limit` of them from `offset`, opened."""
+        snap = self.snapshot()
+        matching = [
+            i
+            for i in snap.items
+            if (identity is None or i.identity == identity)
+            and i.key.startswith(prefix)
+            and all(i.labels.get(k) == v for k, v in labels)
+        ]
+        window = matching[offset : offset + limit]
+        cards = [c for c in (self.card(i) for i in window) if c is not None]
+        return Page(cards, len(matching), offset, limit, snap)
+
+    def card(self, item: Item) -> Card | None:
+        """Open one question (None if it was consumed since the snapshot); an unreadable one is skipped."""
+        try:
+            found = self.sources[item.identity].questions.record(item.key)
+        except (berth.IntegrityError, berth.FormatError) as exc:
+            logging.getLogger("berth").warning("berth: skipping unreadable question record: %s", exc)
+            return None
+        if found is None:
+            return None
+        question, answer = found
+        return Card(item, question, answer)
+
+    def lookup(self, identity: str, key: str) -> Card | None:
+        """The open question under `key`, opened, with its run's labels; None when nothing is pending."""
+        source = self.sources[identity]
+        found = source.questions.record(key)
+        if found is None:
+            return None
+        question, answer = found
+        listing = next((x for x in source.store.list(key) if x.key == key), None)
+        item = Item(
+            identity,
+            key,
+            question.run_id,
+            question.asked_at,
+            listing.deadline if listing is not None else None,
+            listing.labels if listing is not None else _EMPTY,
+            "",
+        )
+        return Card(item, question, answer)
+
+    def runs(self, identity: str, *, prefix: str = "", offset: int = 0, limit: int = 100) -> list[berth.Listing]:
+        """Parked runs under `prefix` (headers only), `limit` of them from `offset`, in backend order."""
+        out: list[berth.Listing] = []
+        for n, listing in enumerate(self.sources[identity].store.list(prefix)):
+            if n >= offset + limit:
+                break
+            if n >= offset:
+                out.append(listing)
+        return out
+
+    # --- answering -------------------------------------------------------------------------
+
+    def answer(self, identity: str, key: str, question_id: str, text: str, *, by: str, via: str) -> Answered:
+        """Record `by`'s answer to question `question_id` under `key`, bound to exactly that question.
+
+        Raises:
+            Refused: 404 when nothing is pending at `key`; 409 when `question_id` was
+                superseded (the card then holds the new question) or was already answered.
+            berth.InvalidKey: a malformed key (before any I/O).
+        """
+        questions = self.sources[identity].questions
+        card = self.lookup(identity, key)
+        if card is None:
+            raise Refused(404, f"nothing is pending at identity {identity!r}, key {key!r}")
+        if card.question.id != question_id:
+            raise Refused(409, f"question {question_id!r} at key {key!r} was superseded by a new question", card)
+        if card.answer is not None:
+            raise Refused(409, f"question {question_id!r} at key {key!r} was already answered by {card.answer.by}", card)
+        try:
+            answer = questions.provide(key, question_id, text, by=by)
+        except berth.AnswerRefused as exc:
+            now = self.lookup(identity, key)
+            raise Refused(404 if now is None else 409, str(exc), now) from exc
+        audit.info(
+            "answer identity=%r key=%r question_id=%r run_id=%r by=%r via=%s chars=%d",
+            identity,
+            key,
+            question_id,
+            card.question.run_id,
+            by,
+            via,
+            len(text),
+        )
+        counter = (identity, via)
+        with self._lock:
+            self.answers_given[counter] = self.answers_given.get(counter, 0) + 1
+        self.invalidate()
+        return Answered(answer, Card(card.item, card.question, answer))

@@ -1,0 +1,159 @@
+// berth inbox: live updates, relative times, keyboard. No dependencies, no build; the page works without it.
+(function () {
+  "use strict";
+
+  var body = document.body;
+  var pollMs = parseInt(body.getAttribute("data-poll-ms") || "0", 10);
+  var liveUrl = body.getAttribute("data-live");
+  var etag = null;
+  var paused = false;
+
+  function span(seconds) {
+    var s = Math.floor(Math.abs(seconds));
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.floor(s / 60) + " min";
+    if (s < 86400) {
+      var h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
+      return m ? h + " h " + m + " min" : h + " h";
+    }
+    var d = Math.floor(s / 86400), hh = Math.floor((s % 86400) / 3600);
+    return hh ? d + " d " + hh + " h" : d + " d";
+  }
+
+  function tick() {
+    var now = Date.now();
+    document.querySelectorAll("time[data-ago]").forEach(function (t) {
+      t.textContent = span((now - Date.parse(t.getAttribute("datetime"))) / 1000) + " ago";
+    });
+    document.querySelectorAll("time[data-countdown]").forEach(function (t) {
+      var left = (Date.parse(t.getAttribute("datetime")) - now) / 1000;
+      t.textContent = left >= 0 ? span(left) + " left" : "expired " + span(left) + " ago";
+      t.classList.toggle("late", left < 3600);
+    });
+  }
+
+  // A card someone is writing in is never replaced under their hands: it is marked stale instead,
+  // and sending it shows the new question (the server refuses an answer to a superseded one).
+  function dirty(card) {
+    var text = card.querySelector("textarea");
+    return !!text && (text.value.trim() !== "" || document.activeElement === text);
+  }
+
+  function merge(html) {
+    var doc = new DOMParser().parseFromString("<div>" + html + "</div>", "text/html");
+    var fresh = doc.body.firstElementChild;
+    ["summary", "pager"].forEach(function (id) {
+      var mine = document.getElementById(id), theirs = fresh.querySelector("#" + id);
+      if (mine && theirs) mine.replaceWith(document.importNode(theirs, true));
+    });
+    var cards = document.getElementById("cards"), incoming = fresh.querySelector("#cards");
+    if (!cards || !incoming) return;
+    var keep = [];
+    Array.prototype.forEach.call(incoming.children, function (card) {
+      var mine = document.getElementById(card.id);
+      if (mine && mine.getAttribute("data-version") === card.getAttribute("data-version")) {
+        keep.push(mine);
+      } else if (mine && dirty(mine)) {
+        var note = mine.querySelector(".stale");
+        if (note) note.hidden = false;
+        mine.classList.add("is-stale");
+        keep.push(mine);
+      } else {
+        var node = document.importNode(card, true);
+        if (!mine) node.classList.add("arrived");
+        keep.push(node);
+      }
+    });
+    Array.prototype.forEach.call(cards.children, function (mine) {
+      if (keep.indexOf(mine) < 0 && dirty(mine)) {
+        var note = mine.querySelector(".stale");
+        if (note) note.hidden = false;
+        mine.classList.add("is-stale");
+        keep.push(mine);
+      }
+    });
+    var focused = document.activeElement;
+    keep.forEach(function (node) { cards.appendChild(node); });
+    Array.prototype.slice.call(cards.children).forEach(function (node) {
+      if (keep.indexOf(node) < 0) node.remove();
+    });
+    if (focused && document.contains(focused)) focused.focus({ preventScroll: true });
+    tick();
+  }
+
+  function poll() {
+    if (paused || document.hidden || !liveUrl) return schedule();
+    var headers = { Accept: "text/html" };
+    if (etag) headers["If-None-Match"] = etag;
+    fetch(liveUrl + window.location.search, { credentials: "same-origin", headers: headers, cache: "no-store" })
+      .then(function (r) {
+        if (r.status === 401) { window.location.reload(); return null; }
+        if (r.status === 304 || !r.ok) return null;
+        etag = r.headers.get("ETag");
+        return r.text();
+      })
+      .then(function (html) { if (html !== null && html !== undefined) merge(html); })
+      .catch(function () { /* offline for a moment: try again next time */ })
+      .then(schedule);
+  }
+
+  var timer = null;
+  function schedule() {
+    if (pollMs > 0) { clearTimeout(timer); timer = setTimeout(poll, pollMs); }
+  }
+
+  // --- keyboard -------------------------------------------------------------------------------
+  function cardsList() { return Array.prototype.slice.call(document.querySelectorAll("#cards .card")); }
+
+  function move(step) {
+    var all = cardsList();
+    if (!all.length) return;
+    var at = all.indexOf(document.activeElement && document.activeElement.closest(".card"));
+    var next = all[Math.min(all.length - 1, Math.max(0, at < 0 ? 0 : at + step))];
+    next.focus();
+    next.scrollIntoView({ block: "nearest" });
+  }
+
+  document.addEventListener("keydown", function (e) {
+    var t = e.target, typing = t && (t.tagName === "TEXTAREA" || t.tagName === "INPUT" || t.tagName === "SELECT");
+    if (typing) {
+      if (t.tagName === "TEXTAREA" && e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
+        e.preventDefault();
+        var primary = t.form.querySelector("button.primary") || t.form.querySelector("button[type=submit]");
+        if (primary) primary.click();
+      } else if (e.key === "Escape") {
+        t.blur();
+      }
+      return;
+    }
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.key === "j") { e.preventDefault(); move(1); }
+    else if (e.key === "k") { e.preventDefault(); move(-1); }
+    else if (e.key === "/") { var p = document.getElementById("prefix"); if (p) { e.preventDefault(); p.focus(); } }
+    else if (e.key === "a") {
+      var card = (document.activeElement && document.activeElement.closest(".card")) || cardsList()[0];
+      var area = card && card.querySelector("textarea");
+      if (area) { e.preventDefault(); area.focus(); }
+    }
+  });
+
+  // Submitting a form whose question changed still goes to the server, which refuses and shows it.
+  document.addEventListener("submit", function (e) {
+    var button = e.submitter;
+    if (button && button.form && button.form.classList.contains("answer")) {
+      button.form.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
+      if (button.name) {
+        var hidden = document.createElement("input");
+        hidden.type = "hidden"; hidden.name = button.name; hidden.value = button.value;
+        button.form.appendChild(hidden);
+      }
+    }
+  });
+
+  window.berthInbox = { pause: function () { paused = true; }, resume: function () { paused = false; poll(); } };
+  var notice = document.getElementById("notice");
+  if (notice && notice.classList.contains("error")) notice.focus && notice.setAttribute("tabindex", "-1");
+  tick();
+  setInterval(tick, 1000);
+  schedule();
+})();

@@ -1,0 +1,225 @@
+"""The inbox page in a real browser: Playwright driving Debian's Chromium (never a downloaded build).
+
+One browser for the session, a fresh context (cookies) per test. Under CI=true a
+missing Playwright or /usr/bin/chromium fails the run (.ci/run installs chromium).
+Set BERTH_UPDATE_SCREENSHOT=1 to write the README's screenshot to docs/inbox.png.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import berth
+from berth._serve import Auth, parse_tokens
+from tests.conftest import unavailable
+from tests.serve.conftest import ALICE, IDENTITY, OTHER, TOKENS, Park, Server, serving
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+TIMEOUT_MS = 10_000
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the whole session."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("Playwright", "pip install -e '.[all,test]'")
+    if not os.access(CHROMIUM, os.X_OK):
+        unavailable("Chromium", f"{CHROMIUM} is missing: apt-get install chromium")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh browser context and page (no cookies), failing the test on any script or CSP error."""
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" and not expected(msg.text) else None)
+    try:
+        yield pg
+    finally:
+        context.close()
+    assert not errors, f"the page logged errors: {errors}"
+
+
+def expected(message: str) -> bool:
+    """The console line a browser logs for a page served with a refusal status the test asked for."""
+    return message.startswith("Failed to load resource") and ("status of 401" in message or "status of 409" in message)
+
+
+def login(page: Any, server: Server, token: str = ALICE, path: str = "/") -> None:
+    page.goto(server.url + path)
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_selector("#live")
+
+
+def card(page: Any, key: str) -> Any:
+    return page.locator("article.card", has=page.locator("h2.key", has_text=key))
+
+
+def test_log_in_answer_see_it_answered_and_log_out(page: Any, inbox: Server, park: Park) -> None:
+    key, q = park("answer-me", "Push the fix for the flaky test to main?", labels={"repo": "org/repo"})
+    page.goto(inbox.url + f"/?prefix={park.prefix}")
+    assert page.url.endswith("/login")
+    page.fill("#token", "not-the-token-at-all")
+    page.click("button[type=submit]")
+    assert page.locator(".notice.error").inner_text() == "That token is not valid."
+    assert inbox.auth.failed_logins >= 1
+    login(page, inbox, path=f"/?prefix={park.prefix}")
+    page.goto(inbox.url + f"/?prefix={park.prefix}")
+    assert page.locator(".person").inner_text() == "alice"
+    c = card(page, key)
+    assert c.locator(".prompt").inner_text() == "Push the fix for the flaky test to main?"
+    assert "left" in c.locator("time[data-countdown]").inner_text()
+    assert "repo" in c.locator(".labels").inner_text()
+    assert "SEALED-STATE" not in page.content()
+    # keyboard: j focuses the first card, a its answer box, Ctrl+Enter sends
+    page.keyboard.press("j")
+    page.keyboard.press("a")
+    page.keyboard.type("yes, push it")
+    page.keyboard.press("Control+Enter")
+    page.wait_for_selector(".notice.ok")
+    c = card(page, key)
+    assert c.locator(".badge.done").inner_text() == "answered"
+    assert "Answered by alice" in c.locator(".answered-by").inner_text()
+    assert c.locator("form.answer").count() == 0
+    stored = inbox.questions[IDENTITY].answer(key)
+    assert stored is not None and stored.text == "yes, push it" and stored.by == "alice"
+    assert stored.question_id == q.id
+    page.click("#logout")
+    page.wait_for_selector("#token")
+    page.goto(inbox.url + "/")
+    assert page.url.endswith("/login") and page.locator("#token").is_visible()
+
+
+def test_a_new_question_arrives_live(page: Any, inbox: Server, park: Park) -> None:
+    park("first", "Already here?")
+    login(page, inbox, path="/")
+    page.goto(inbox.url + f"/?prefix={park.prefix}")
+    page.evaluate("window.notReloaded = true")
+    key, _ = park("second", "Arrived while the page was open?")
+    card(page, key).wait_for()
+    assert page.evaluate("window.notReloaded") is True
+    assert page.locator("article.card h2.key").all_inner_texts()[0] == key  # newest first
+    assert "2 of 2" in page.locator("#summary").inner_text()
+
+
+def test_a_superseded_question_refuses_the_answer_and_shows_the_new_prompt(
+    page: Any, inbox: Server, park: Park
+) -> None:
+    key, old = park("changing", "Deploy v1 to production?")
+    login(page, inbox)
+    page.goto(inbox.url + f"/?prefix={park.prefix}")
+    c = card(page, key)
+    c.locator("textarea").fill("yes, deploy")
+    new = park.ask_again(key, "Deploy v2 to production instead?")
+    c.locator(".stale").wait_for(state="visible")  # the live update marks it; it does not swap the text away
+    assert c.locator(".prompt").inner_text() == "Deploy v1 to production?"
+    c.locator("button[value=respond]").click()
+    notice = page.locator("#notice.error")
+    notice.wait_for()
+    assert "changed before your answer arrived" in notice.inner_text()
+    assert page.locator("#notice-prompt").inner_text() == "Deploy v2 to production instead?"
+    assert inbox.questions[IDENTITY].answer(key) is None
+    assert inbox.questions[IDENTITY].pending(key) == new
+    fresh = card(page, key)
+    assert fresh.locator("input[name=question_id]").get_attribute("value") == new.id
+
+
+def test_prompts_labels_and_keys_render_as_text(page: Any, inbox: Server, park: Park) -> None:
+    hostile = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
+    key, _ = park('x"><script>window.pwned=3</script>', hostile, labels={"<b>lab</b>": '"><img src=y onerror=alert(1)>'})
+    login(page, inbox)
+    page.goto(inbox.url + f"/?prefix={park.prefix}")
+    c = card(page, key)
+    assert c.locator(".prompt").inner_text() == hostile
+    assert c.locator("img").count() == 0 and c.locator("script").count() == 0
+    assert '<b>lab</b>' in c.locator(".labels").inner_text()
+    page.wait_for_timeout(500)  # a live update or two
+    assert page.evaluate("typeof window.pwned") == "undefined"
+
+
+def test_structured_choices_reject_with_a_reason(page: Any, inbox: Server, park: Park) -> None:
+    key, _ = park("refund", "Refund 420 EUR to customer 1881?", labels={"berth.choices": "approve,reject"})
+    login(page, inbox)
+    page.goto(inbox.url + f"/?prefix={park.prefix}")
+    c = card(page, key)
+    assert c.locator("button[value=approve]").is_visible() and c.locator("button[value=respond]").count() == 0
+    c.locator("textarea").fill("over the limit")
+    c.locator("button[value=reject]").click()
+    page.wait_for_selector(".notice.ok")
+    stored = inbox.questions[IDENTITY].answer(key)
+    assert stored is not None and stored.text == "reject: over the limit"
+
+
+def test_readable_on_a_phone(browser: Any, inbox: Server, park: Park) -> None:
+    key, _ = park("phone", "Approve the release notes?")
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    try:
+        pg = context.new_page()
+        login(pg, inbox)
+        pg.goto(inbox.url + f"/?prefix={park.prefix}")
+        c = card(pg, key)
+        assert c.locator("textarea").is_visible()
+        width = pg.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"the page scrolls sideways on a phone ({width}px)"
+    finally:
+        context.close()
+
+
+def test_screenshot_for_the_readme(browser: Any, tmp_path: Path, keyring: berth.Keyring) -> None:
+    with serving(tmp_path / "shot.db", keyring, Auth(tokens=parse_tokens(TOKENS)), identities=(IDENTITY, OTHER)) as s:
+        park = Park(s)
+        park.prefix = "org/repo#"
+        park("41", "Push the fix for the flaky test to main?", labels={"repo": "org/repo", "berth.choices": "approve,reject"})
+        park(
+            "42",
+            '{"tool": "close_issue", "input": {"issue": 42, "duplicate_of": 17, "comment": "Same crash as #17."}}',
+            labels={"repo": "org/repo"},
+            deadline=timedelta(minutes=40),
+        )
+        park.prefix = "tickets/"
+        key, q = park("8812", "Refund 420 EUR to customer 1881? Over the 250 EUR limit.", identity=OTHER,
+                      labels={"team": "support", "berth.choices": "approve,reject"})
+        s.questions[OTHER].provide(key, q.id, "approve: loyal customer", by="bob")
+        park("8815", "Customer asks to delete their account and all data. Go ahead?", identity=OTHER,
+             labels={"team": "support"})
+        context = browser.new_context(viewport={"width": 1100, "height": 1150}, device_scale_factor=1)
+        try:
+            pg = context.new_page()
+            login(pg, s)
+            pg.locator("article.card").first.wait_for()
+            shot = tmp_path / "inbox.png"
+            pg.screenshot(path=str(shot), full_page=False)
+        finally:
+            context.close()
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("BERTH_UPDATE_SCREENSHOT") == "1":
+        shutil.copyfile(shot, DOCS / "inbox.png")
