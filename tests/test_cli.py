@@ -32,7 +32,21 @@ from berth._cli._store_cmds import parse_deadline
 IDENTITY = "pr-bot"
 BERTH = Path(sys.executable).parent / "berth"
 LISTING_FIELDS = {"key", "run_id", "created_at", "deadline", "size", "labels", "sealed_by"}
-COMMANDS = ["ls", "show", "park", "claim", "rm", "sweep", "reseal", "verify", "questions", "answer", "keys", "demo"]
+COMMANDS = [
+    "ls",
+    "show",
+    "park",
+    "claim",
+    "rm",
+    "sweep",
+    "reseal",
+    "verify",
+    "questions",
+    "answer",
+    "keys",
+    "demo",
+    "serve",
+]
 
 
 # --- fixtures and helpers ----------------------------------------------------------------------

@@ -155,13 +155,15 @@ def test_a_superseded_question_refuses_the_answer_and_shows_the_new_prompt(
 
 def test_prompts_labels_and_keys_render_as_text(page: Any, inbox: Server, park: Park) -> None:
     hostile = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
-    key, _ = park('x"><script>window.pwned=3</script>', hostile, labels={"<b>lab</b>": '"><img src=y onerror=alert(1)>'})
+    key, _ = park(
+        'x"><script>window.pwned=3</script>', hostile, labels={"<b>lab</b>": '"><img src=y onerror=alert(1)>'}
+    )
     login(page, inbox)
     page.goto(inbox.url + f"/?prefix={park.prefix}")
     c = card(page, key)
     assert c.locator(".prompt").inner_text() == hostile
     assert c.locator("img").count() == 0 and c.locator("script").count() == 0
-    assert '<b>lab</b>' in c.locator(".labels").inner_text()
+    assert "<b>lab</b>" in c.locator(".labels").inner_text()
     page.wait_for_timeout(500)  # a live update or two
     assert page.evaluate("typeof window.pwned") == "undefined"
 
@@ -198,7 +200,11 @@ def test_screenshot_for_the_readme(browser: Any, tmp_path: Path, keyring: berth.
     with serving(tmp_path / "shot.db", keyring, Auth(tokens=parse_tokens(TOKENS)), identities=(IDENTITY, OTHER)) as s:
         park = Park(s)
         park.prefix = "org/repo#"
-        park("41", "Push the fix for the flaky test to main?", labels={"repo": "org/repo", "berth.choices": "approve,reject"})
+        park(
+            "41",
+            "Push the fix for the flaky test to main?",
+            labels={"repo": "org/repo", "berth.choices": "approve,reject"},
+        )
         park(
             "42",
             '{"tool": "close_issue", "input": {"issue": 42, "duplicate_of": 17, "comment": "Same crash as #17."}}',
@@ -206,11 +212,19 @@ def test_screenshot_for_the_readme(browser: Any, tmp_path: Path, keyring: berth.
             deadline=timedelta(minutes=40),
         )
         park.prefix = "tickets/"
-        key, q = park("8812", "Refund 420 EUR to customer 1881? Over the 250 EUR limit.", identity=OTHER,
-                      labels={"team": "support", "berth.choices": "approve,reject"})
+        key, q = park(
+            "8812",
+            "Refund 420 EUR to customer 1881? Over the 250 EUR limit.",
+            identity=OTHER,
+            labels={"team": "support", "berth.choices": "approve,reject"},
+        )
         s.questions[OTHER].provide(key, q.id, "approve: loyal customer", by="bob")
-        park("8815", "Customer asks to delete their account and all data. Go ahead?", identity=OTHER,
-             labels={"team": "support"})
+        park(
+            "8815",
+            "Customer asks to delete their account and all data. Go ahead?",
+            identity=OTHER,
+            labels={"team": "support"},
+        )
         context = browser.new_context(viewport={"width": 1100, "height": 1150}, device_scale_factor=1)
         try:
             pg = context.new_page()

@@ -137,14 +137,17 @@ def create_app(
             return auth.local_person
         raise _Http(401, "authentication required: send Authorization: Bearer <BERTH_SERVE_TOKEN>")
 
+    def must_log_in() -> Response:
+        if auth.login_form:
+            return RedirectResponse("/login", status_code=303)
+        return _plain(401, "sign in through the proxy in front of this inbox")
+
     def secure(request: Request) -> bool:
         return request.url.scheme == "https" if secure_cookies is None else secure_cookies
 
     def with_csrf_cookie(request: Request, response: Response, csrf: str) -> Response:
         if request.cookies.get(CSRF_COOKIE) != csrf:
-            response.set_cookie(
-                CSRF_COOKIE, csrf, httponly=True, samesite="strict", secure=secure(request), path="/"
-            )
+            response.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict", secure=secure(request), path="/")
         return response
 
     def csrf_for(request: Request, known: str) -> str:
@@ -203,7 +206,7 @@ def create_app(
     async def index(request: Request) -> Response:
         who = page_person(request)
         if who is None:
-            return RedirectResponse("/login", status_code=303)
+            return must_log_in()
         person, known = who
         csrf = csrf_for(request, known)
         context = await page_context(request, person, csrf)
@@ -228,7 +231,7 @@ def create_app(
     async def answer_form(request: Request) -> Response:
         who = page_person(request)
         if who is None:
-            return RedirectResponse("/login", status_code=303)
+            return must_log_in()
         person, known = who
         csrf = csrf_for(request, known)
         form = await form_checked(request, known or request.cookies.get(CSRF_COOKIE) or "")
@@ -291,8 +294,8 @@ def create_app(
         if made is None:
             log.warning("berth serve: failed login from %s", request.client.host if request.client else "?")
             csrf = csrf or new_csrf()
-            response = render("login.html", status=401, csrf=csrf, error="That token is not valid.")
-            return with_csrf_cookie(request, response, csrf)
+            refused = render("login.html", status=401, csrf=csrf, error="That token is not valid.")
+            return with_csrf_cookie(request, refused, csrf)
         sid, _session = made
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(
@@ -419,7 +422,7 @@ def create_app(
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {_Http: http_error}
-    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
     app.add_middleware(_SecurityHeaders)
     return app
 
@@ -470,4 +473,3 @@ def _refusal_text(key: str, question_id: str, card: Card | None) -> str:
 
 def _hm(dt: datetime) -> str:
     return dt.strftime("%Y-%m-%d %H:%M UTC")
-

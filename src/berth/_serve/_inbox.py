@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 
 import berth
+from berth._errors import where
 
 __all__ = ["Answered", "Card", "Inbox", "Item", "Page", "Refused", "Snapshot", "Source"]
 
@@ -150,6 +151,7 @@ class Inbox:
         self._snapshot: Snapshot | None = None
         self._taken = 0.0
         self._lock = threading.Lock()
+        self._count_lock = threading.Lock()
 
     @property
     def identities(self) -> list[str]:
@@ -289,11 +291,11 @@ class Inbox:
         questions = self.sources[identity].questions
         card = self.lookup(identity, key)
         if card is None:
-            raise Refused(404, f"nothing is pending at identity {identity!r}, key {key!r}")
+            raise Refused(404, f"nothing is pending at {where(identity, key)}")
         if card.question.id != question_id:
-            raise Refused(409, f"question {question_id!r} at key {key!r} was superseded by a new question", card)
+            raise Refused(409, f"question {question_id!r} at {where(identity, key)} was superseded by a new one", card)
         if card.answer is not None:
-            raise Refused(409, f"question {question_id!r} at key {key!r} was already answered by {card.answer.by}", card)
+            raise Refused(409, f"question {question_id!r} at {where(identity, key)} was already answered", card)
         try:
             answer = questions.provide(key, question_id, text, by=by)
         except berth.AnswerRefused as exc:
@@ -310,7 +312,7 @@ class Inbox:
             len(text),
         )
         counter = (identity, via)
-        with self._lock:
+        with self._count_lock:
             self.answers_given[counter] = self.answers_given.get(counter, 0) + 1
         self.invalidate()
         return Answered(answer, Card(card.item, card.question, answer))

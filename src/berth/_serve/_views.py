@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -132,7 +132,7 @@ def metrics_text(inbox: Inbox, auth: Auth, snap: Snapshot) -> str:
     """The inbox's figures in the Prometheus text exposition format (0.0.4)."""
     lines: list[str] = []
 
-    def metric(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:
+    def metric(name: str, kind: str, help_: str, samples: Sequence[tuple[str, float]]) -> None:
         lines.append(f"# HELP {name} {help_}")
         lines.append(f"# TYPE {name} {kind}")
         lines.extend(f"{name}{labels} {value:g}" for labels, value in samples)

@@ -1,0 +1,173 @@
+"""Who may use the inbox: tokens, sessions, the trusted header, CSRF, loopback-only without authentication."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+import berth
+from berth._cli import cli
+from berth._serve import Auth, AuthError, is_loopback, parse_tokens
+from tests.serve.conftest import ALICE, IDENTITY, Park, Server, serving
+
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def csrf_of(html: str) -> str:
+    found = CSRF.search(html)
+    assert found, "the page has no CSRF field"
+    return found.group(1)
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+def test_tokens_name_people() -> None:
+    assert parse_tokens("alice:" + "a" * 20 + ", bob:" + "b" * 20) == {"a" * 20: "alice", "b" * 20: "bob"}
+    assert parse_tokens("t" * 16) == {"t" * 16: "token-holder"}
+    assert parse_tokens(None) == {} and parse_tokens("  ") == {}
+    with pytest.raises(AuthError, match="shorter than 16"):
+        parse_tokens("alice:short")
+    with pytest.raises(AuthError, match="both 'alice' and 'bob'"):
+        parse_tokens("alice:" + "x" * 20 + ",bob:" + "x" * 20)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("::1", True), ("localhost", True), ("0.0.0.0", False), ("::", False), ("10.1.2.3", False)],
+)
+def test_loopback(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+    auth = Auth()
+    if loopback:
+        auth.check_bind(host)
+    else:
+        with pytest.raises(AuthError, match="refusing to serve"):
+            auth.check_bind(host)
+    Auth(tokens=parse_tokens("t" * 16)).check_bind(host)
+    Auth(trusted_header="X-Forwarded-User").check_bind(host)
+
+
+def test_the_command_refuses_to_serve_off_loopback_without_authentication(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BERTH_SERVE_TOKEN", raising=False)
+    monkeypatch.setenv("BERTH_URL", f"sqlite://{tmp_path}/b.db")
+    result = CliRunner().invoke(cli, ["serve", "--host", "0.0.0.0"])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "refusing to serve on 0.0.0.0 without authentication" in lines[0]
+    assert "BERTH_SERVE_TOKEN" in lines[0] and "Traceback" not in result.output
+    monkeypatch.setenv("BERTH_SERVE_TOKEN", "short")
+    short = CliRunner().invoke(cli, ["serve"])
+    assert short.exit_code == 2 and "shorter than 16" in short.output
+
+
+def test_serve_help_documents_everything() -> None:
+    result = CliRunner().invoke(cli, ["serve", "--help"])
+    assert result.exit_code == 0
+    for word in (
+        "--host",
+        "--port",
+        "--identity",
+        "--trusted-header",
+        "--forwarded-allow-ips",
+        "--poll",
+        "BERTH_SERVE_TOKEN",
+        "/api/questions",
+        "/metrics",
+        "loopback",
+    ):
+        assert word in result.output, word
+
+
+# --- sessions and CSRF over HTTP ---------------------------------------------------------------
+
+
+def logged_in(server: Server, token: str = ALICE) -> httpx.Client:
+    client = httpx.Client(base_url=server.url)
+    form = client.get("/login")
+    assert form.status_code == 200
+    r = client.post("/login", data={"token": token, "csrf": csrf_of(form.text)})
+    assert r.status_code == 303 and r.headers["location"] == "/"
+    assert "httponly" in r.headers["set-cookie"].lower() and "samesite=strict" in r.headers["set-cookie"].lower()
+    return client
+
+
+def test_page_needs_a_login_and_the_login_form_needs_its_csrf_token(inbox: Server) -> None:
+    r = httpx.get(inbox.url + "/")
+    assert r.status_code == 303 and r.headers["location"] == "/login"
+    with httpx.Client(base_url=inbox.url) as client:
+        client.get("/login")
+        forged = client.post("/login", data={"token": ALICE, "csrf": "guessed"})
+        assert forged.status_code == 403 and "berth_session" not in forged.headers.get("set-cookie", "")
+    assert httpx.get(inbox.url + "/inbox/live").status_code == 401
+
+
+def test_answer_form_needs_the_session_csrf_token(inbox: Server, park: Park) -> None:
+    key, q = park("csrf", "Ship it?")
+    client = logged_in(inbox)
+    page = client.get("/", params={"prefix": park.prefix})
+    assert page.status_code == 200 and "Ship it?" in page.text
+    form = {"identity": IDENTITY, "key": key, "question_id": q.id, "text": "yes", "choice": "respond"}
+    assert client.post("/answer", data={**form, "csrf": "forged"}).status_code == 403
+    assert inbox.questions[IDENTITY].answer(key) is None
+    done = client.post("/answer", data={**form, "csrf": csrf_of(page.text)})
+    assert done.status_code == 303
+    client.close()
+    answer = inbox.questions[IDENTITY].answer(key)
+    assert answer is not None and answer.by == "alice"
+
+
+def test_logout_ends_the_session_on_the_server(inbox: Server) -> None:
+    client = logged_in(inbox)
+    page = client.get("/")
+    cookie = client.cookies["berth_session"]
+    assert client.post("/logout", data={"csrf": csrf_of(page.text)}).status_code == 303
+    replay = httpx.get(inbox.url + "/", cookies={"berth_session": cookie})
+    assert replay.status_code == 303 and replay.headers["location"] == "/login"
+    client.close()
+
+
+# --- other modes -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def open_inbox(tmp_path: Path, keyring: berth.Keyring) -> Iterator[Server]:
+    """An inbox without authentication: loopback only, answers recorded as the local person."""
+    with serving(tmp_path / "open.db", keyring, Auth(local_person="kim")) as server:
+        yield server
+
+
+@pytest.fixture
+def proxied_inbox(tmp_path: Path, keyring: berth.Keyring) -> Iterator[Server]:
+    """An inbox behind an authenticating proxy that sets X-Forwarded-User."""
+    with serving(tmp_path / "proxied.db", keyring, Auth(trusted_header="X-Forwarded-User")) as server:
+        yield server
+
+
+def test_without_authentication_only_loopback_names_are_answered(open_inbox: Server) -> None:
+    key, q = Park(open_inbox)("k", "Open?")
+    assert httpx.get(open_inbox.url + "/").status_code == 200
+    rebound = httpx.get(open_inbox.url + "/", headers={"Host": "evil.example:8470"})
+    assert rebound.status_code == 421  # a DNS-rebinding page cannot read or answer
+    r = httpx.post(open_inbox.url + "/api/answers", json={"key": key, "question_id": q.id, "text": "ok"})
+    assert r.status_code == 201 and r.json()["by"] == "kim"
+    assert httpx.post(open_inbox.url + "/answer", data={"key": key, "csrf": ""}).status_code == 403
+
+
+def test_trusted_header_names_the_person(proxied_inbox: Server) -> None:
+    key, q = Park(proxied_inbox)("k", "Proxied?")
+    doc = {"key": key, "question_id": q.id, "text": "fine"}
+    assert httpx.get(proxied_inbox.url + "/api/questions").status_code == 401
+    assert httpx.get(proxied_inbox.url + "/").status_code == 401
+    page = httpx.get(proxied_inbox.url + "/", headers={"X-Forwarded-User": "dana@example.com"})
+    assert page.status_code == 200 and "dana@example.com" in page.text
+    assert httpx.post(proxied_inbox.url + "/api/answers", json=doc).status_code == 401
+    r = httpx.post(proxied_inbox.url + "/api/answers", json=doc, headers={"X-Forwarded-User": "dana@example.com"})
+    assert r.status_code == 201 and r.json()["by"] == "dana@example.com"
