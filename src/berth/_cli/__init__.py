@@ -16,6 +16,7 @@ The package, from the bottom up:
     _question_cmds  questions, answer
     _key_cmds       keys generate | rotate | show
     _demo_cmd       demo (the narration is _demo)
+    _serve_cmd      serve (the inbox app is berth._serve)
 
 A command group is one module that registers its commands on `_app.cli` when
 imported; adding one is that module and its name in the import below.
@@ -24,7 +25,7 @@ imported; adding one is that module and its name in the import below.
 from __future__ import annotations
 
 # Importing a command module registers its commands.
-from berth._cli import _demo_cmd, _key_cmds, _question_cmds, _store_cmds  # noqa: F401
+from berth._cli import _demo_cmd, _key_cmds, _question_cmds, _serve_cmd, _store_cmds  # noqa: F401
 from berth._cli._app import cli, main
 
 __all__ = ["cli", "main"]

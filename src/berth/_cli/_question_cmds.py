@@ -10,7 +10,7 @@ import click
 from berth._cli._app import CONTEXT, cli, output_options, store_options
 from berth._cli._failures import refuse, where
 from berth._cli._output import console, deadline_text, emit_json, emit_jsonl, escape, now, rfc3339, span
-from berth._cli._settings import Settings, remember_key
+from berth._cli._settings import Settings, remember_key, user_name
 
 
 @cli.command("questions", context_settings=CONTEXT)
@@ -104,18 +104,9 @@ def answer_cmd(
     q = qs.pending(key)
     if q is None:
         refuse(f"no question is pending at {where(settings.who, key)}")
-    who = by or _user()
+    who = by or user_name()
     answer = qs.provide(key, q.id, body, by=who)
     if out:
         emit_json({"key": key, "question_id": q.id, "by": answer.by, "answered_at": rfc3339(answer.answered_at)})
         return
     click.echo(f"answered {key!r} for {where(settings.who)} as {who}: the next waker resumes the run")
-
-
-def _user() -> str:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "cli"

@@ -12,7 +12,16 @@ import click
 import berth
 from berth._cli._failures import bad_usage, warn, where
 
-__all__ = ["DEFAULT_IDENTITY", "Settings", "default_url", "find_listing", "load_keyring", "redact", "remember_key"]
+__all__ = [
+    "DEFAULT_IDENTITY",
+    "Settings",
+    "default_url",
+    "find_listing",
+    "load_keyring",
+    "redact",
+    "remember_key",
+    "user_name",
+]
 
 DEFAULT_IDENTITY = "default"
 
@@ -52,6 +61,12 @@ class Settings:
     def who(self) -> str:
         """The identity commands run as."""
         return self.identity or DEFAULT_IDENTITY
+
+    def for_identity(self, identity: str) -> Settings:
+        """The same store and sealer settings for `identity`; what it opens closes with these settings' stores."""
+        return Settings(
+            url=self.url, identity=identity, keyring=self.keyring, command=self.command, _stores=self._stores
+        )
 
     def store_url(self) -> str:
         """The configured store URL, or the default SQLite file."""
@@ -118,6 +133,16 @@ class Settings:
         """Close every store this invocation opened."""
         while self._stores:
             self._stores.pop().close()
+
+
+def user_name() -> str:
+    """Who is at this terminal: the login name, or `cli` when the system cannot tell."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "cli"
 
 
 def load_keyring(path: str) -> berth.Keyring:

@@ -1,0 +1,100 @@
+"""`berth serve`: the inbox, a web page and JSON API where people answer parked runs (the app is `berth._serve`)."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from berth._cli._app import CONTEXT, cli
+from berth._cli._failures import bad_usage, where
+from berth._cli._settings import Settings, user_name
+
+
+@cli.command("serve", context_settings=CONTEXT)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8470, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
+@click.option(
+    "--identity",
+    "identities",
+    multiple=True,
+    metavar="NAME",
+    help="Serve this identity (repeat for several, each its own section; default: BERTH_IDENTITY or default).",
+)
+@click.option(
+    "--trusted-header",
+    default=None,
+    metavar="NAME",
+    help="Take the person from this request header, set by an authenticating proxy (e.g. X-Forwarded-User).",
+)
+@click.option(
+    "--forwarded-allow-ips",
+    default=None,
+    metavar="IPS",
+    help="Proxies whose X-Forwarded-For/-Proto are trusted (comma-separated; default 127.0.0.1).",
+)
+@click.option(
+    "--poll",
+    default=3.0,
+    show_default=True,
+    type=click.FloatRange(0.2, 3600),
+    help="Seconds between live page updates.",
+)
+@click.pass_obj
+def serve_cmd(
+    settings: Settings,
+    host: str,
+    port: int,
+    identities: tuple[str, ...],
+    trusted_header: str | None,
+    forwarded_allow_ips: str | None,
+    poll: float,
+) -> None:
+    """Serve the inbox: a web page and JSON API where people answer parked runs.
+
+    Shows the open questions of the store the settings name (BERTH_URL, BERTH_IDENTITY,
+    BERTH_KEYRING or BERTH_KMS, or `berth --url URL --keyring PATH serve`), newest first,
+    with an answer form each; the same as JSON at /api/questions and /api/answers (schema:
+    /api/openapi.json), parked runs' headers at /api/runs, Prometheus metrics at /metrics,
+    liveness at /health. Never shows sealed state.
+    Logs one audit line per answer (who, which key and question) to stderr. SIGINT or SIGTERM
+    stops it gracefully: requests in flight finish (up to 10 s), then the stores close.
+
+    \b
+    Authentication (never optional off loopback; once set, required on loopback too):
+      BERTH_SERVE_TOKEN=TOKEN             one token: API `Authorization: Bearer TOKEN`, page login form
+      BERTH_SERVE_TOKEN=alice:T1,bob:T2   one token per person: answers are recorded as that person
+      --trusted-header X-Forwarded-User   the person is what the authenticating proxy puts there
+    Without either, it listens on loopback only and records answers as your user name.
+
+    \b
+    Example:
+      berth serve
+      BERTH_KEYRING=keys.json berth serve --identity pr-bot --identity support
+      BERTH_SERVE_TOKEN=alice:$(openssl rand -hex 24) berth serve --host 0.0.0.0
+    """
+    try:
+        from berth import _serve
+    except ImportError as exc:  # pragma: no cover - the extra is installed in the test environment
+        bad_usage(f"berth serve needs the serve extra: pip install 'berth[serve]' ({exc})")
+    try:
+        auth = _serve.Auth(
+            tokens=_serve.parse_tokens(os.environ.get("BERTH_SERVE_TOKEN")),
+            trusted_header=trusted_header,
+            local_person=user_name(),
+        )
+        auth.check_bind(host)
+    except _serve.AuthError as exc:
+        bad_usage(str(exc))
+    names = list(dict.fromkeys(identities)) or [settings.who]
+    sources = []
+    for name in names:
+        one = settings.for_identity(name)
+        sources.append(_serve.Source(name, one.open(keys=False), one.questions()))
+    try:
+        app = _serve.build_app(sources, auth, poll_seconds=poll)
+    except ImportError as exc:
+        bad_usage(f"berth serve needs the serve extra: pip install 'berth[serve]' ({exc})")
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"berth inbox for {', '.join(where(n) for n in names)} on http://{shown}:{port}/", err=True)
+    _serve.run(app, host=host, port=port, forwarded_allow_ips=forwarded_allow_ips)
