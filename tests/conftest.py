@@ -1,25 +1,32 @@
-"""Shared fixtures: the servers backend tests need.
+"""Shared fixtures: the servers backend tests need, and the rule that CI skips nothing.
 
-Each server test skips with a reason when its server is missing, except under
-CI=true, where a missing server fails the run (.ci/run starts them all).
-moto and fake-gcs-server come from PyPI, so the suite starts them itself when
-no running one is named in the environment.
+Each server test skips with a reason when its server or client library is
+missing, except under CI=true, where it fails instead (.ci/run starts the
+servers; `./dev test` installs every client). Under CI=true any other skip
+fails too, unless its reason is on the short allow-list in tests/_skip_rule.py
+(documented emulator limits, opt-in slow trials). moto and fake-gcs-server
+come from PyPI, so the suite starts them itself when no running one is named
+in the environment.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests._net import free_port, wait_http
+from tests._skip_rule import CI, pytest_make_collect_report, pytest_runtest_makereport
 
-CI = os.environ.get("CI", "").lower() == "true"
+__all__ = ["CI", "pytest_make_collect_report", "pytest_runtest_makereport", "require", "unavailable"]
+
 POSTGRES_DSN = os.environ.get("BERTH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("BERTH_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
@@ -30,6 +37,17 @@ def unavailable(service: str, why: str) -> None:
     if CI:
         pytest.fail(f"{message}; CI=true requires it: .ci/run starts it", pytrace=False)
     pytest.skip(message)
+
+
+def require(module: str, service: str) -> Any:
+    """Import a server test module's client library: the module skips without it, or fails under CI=true."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        why = f"{module} is not installed ({exc}): pip install -e '.[all,test]'"
+        if CI:
+            pytest.fail(f"{service} tests cannot run: {why}; CI=true requires it", pytrace=False)
+        pytest.skip(f"{service} is not available ({why})", allow_module_level=True)
 
 
 @pytest.fixture(scope="session")

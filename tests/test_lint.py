@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import unavailable
+
 ROOT = Path(__file__).resolve().parent.parent
 TREES = ["src", "tests", "examples", "benchmarks", "scripts"]
 
@@ -17,7 +19,8 @@ def _tool(name: str) -> str:
     exe = Path(sys.executable).with_name(name)
     found = str(exe) if exe.exists() else shutil.which(name)
     if found is None:
-        pytest.skip(f"{name} is not installed (pip install -e '.[test]')")
+        unavailable(name, "not installed: pip install -e '.[test]'")
+    assert found is not None
     return found
 
 

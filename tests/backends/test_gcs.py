@@ -26,11 +26,12 @@ import pytest
 
 import berth
 from berth.testing import StoreContract, make_envelope
+from tests.conftest import require
 from tests.fakes.gcs import FakeGcs
 from tests.fakes.proxy import FaultyProxy
 
-storage = pytest.importorskip("google.cloud.storage")
-grpc = pytest.importorskip("grpc")
+storage = require("google.cloud.storage", "Cloud Storage")
+grpc = require("grpc", "Cloud Storage")
 from google.api_core import exceptions as gexc  # noqa: E402
 from google.auth.credentials import AnonymousCredentials  # noqa: E402
 

@@ -15,8 +15,9 @@ import pytest
 
 import berth
 from berth.testing import StoreContract, make_envelope
+from tests.conftest import require
 
-psycopg = pytest.importorskip("psycopg")
+psycopg = require("psycopg", "PostgreSQL")
 from berth.backends.postgres import SCHEMA_VERSION, PostgresBackend  # noqa: E402
 
 pytestmark = pytest.mark.postgres

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import shutil
+import subprocess
 import threading
 import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import berth
 from berth.testing import StoreContract, make_envelope
+from tests._net import free_port, wait_port
+from tests.conftest import require, unavailable
 
-redis = pytest.importorskip("redis")
+redis = require("redis", "Redis")
 from berth.backends import redis as redis_backend  # noqa: E402
 from berth.backends.redis import DurabilityWarning, RedisBackend  # noqa: E402
 
@@ -90,9 +96,43 @@ def _persistence(url: str) -> dict[str, str]:
         admin.close()
 
 
-def test_durability_warning_once_per_server(redis_url, fresh_prefix, unchecked) -> None:
-    if _persistence(redis_url).get("appendonly") == "yes":
-        pytest.skip("this Redis runs with an append-only file: nothing to warn about")
+@contextlib.contextmanager
+def _private_redis(directory: Path, *options: str) -> Iterator[str]:
+    """A redis-server of this test's own with `options`, on a free loopback port; its URL."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        unavailable("redis-server", "not installed: these tests start a server with settings of their own")
+    port = free_port()
+    command = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(directory), *options]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        if not wait_port("127.0.0.1", port, timeout=30):
+            unavailable("redis-server", f"a private server did not start on port {port}")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def redis_without_aof(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis without an append-only file: the shared one if it runs so (as in CI), else a private one."""
+    if _persistence(redis_url).get("appendonly") == "no":
+        yield redis_url
+        return
+    with _private_redis(tmp_path_factory.mktemp("redis-no-aof"), "--appendonly", "no") as url:
+        yield url
+
+
+def test_no_durability_warning_with_an_append_only_file(fresh_prefix, unchecked, tmp_path) -> None:
+    with _private_redis(tmp_path, "--appendonly", "yes", "--appendfsync", "always") as url:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            RedisBackend.from_url(url, prefix=fresh_prefix).close()
+
+
+def test_durability_warning_once_per_server(redis_without_aof, fresh_prefix, unchecked) -> None:
+    redis_url = redis_without_aof
     with pytest.warns(DurabilityWarning, match="append-only file") as record:
         store = berth.open_store(f"{redis_url}?prefix={fresh_prefix}", identity="w", sealer=berth.PlaintextSealer())
     store.close()
@@ -126,8 +166,9 @@ def test_durability_check_can_be_turned_off(redis_url, fresh_prefix, unchecked) 
 
 
 @pytest.fixture
-def acl_user(redis_url: str) -> Iterator[Callable[..., str]]:
-    """Make a throwaway ACL user with the given rules; returns a URL that logs in as it."""
+def acl_user(redis_without_aof: str) -> Iterator[Callable[..., str]]:
+    """Make a throwaway ACL user with the given rules (on a Redis without AOF); returns a URL that logs in as it."""
+    redis_url = redis_without_aof
     admin = _admin(redis_url)
     made: list[str] = []
 
@@ -144,10 +185,8 @@ def acl_user(redis_url: str) -> Iterator[Callable[..., str]]:
     admin.close()
 
 
-def test_durability_check_falls_back_to_info_without_config(acl_user, redis_url, fresh_prefix, unchecked) -> None:
+def test_durability_check_falls_back_to_info_without_config(acl_user, fresh_prefix, unchecked) -> None:
     url = acl_user("~*", "+@all", "-config")
-    if _persistence(redis_url).get("appendonly") == "yes":
-        pytest.skip("this Redis runs with an append-only file: nothing to warn about")
     with pytest.warns(DurabilityWarning, match="aof_enabled:0"):
         RedisBackend.from_url(url, prefix=fresh_prefix).close()
 

@@ -19,10 +19,10 @@ import pytest
 import berth
 from berth.testing import StoreContract, make_envelope
 from tests._net import free_port, wait_http
-from tests.conftest import unavailable
+from tests.conftest import require, unavailable
 from tests.fakes.proxy import FaultyProxy
 
-boto3 = pytest.importorskip("boto3")
+boto3 = require("boto3", "S3")
 from berth.backends.s3 import S3Backend  # noqa: E402
 
 pytestmark = pytest.mark.s3

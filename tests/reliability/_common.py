@@ -43,6 +43,8 @@ class Result:
     failures: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    """What the trial did (faults landed, kills mid-call...), so a test can check that it bit."""
 
     def fail(self, note: str) -> None:
         """Count one failure and keep the first few descriptions."""

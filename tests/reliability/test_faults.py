@@ -22,7 +22,6 @@ kinds of trial:
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import pwd
 import random
@@ -45,6 +44,7 @@ import pytest
 
 import berth
 from tests._net import free_port, wait_port
+from tests.conftest import unavailable
 
 from ._common import Result, Timer, big_envelope
 from ._proxy import FaultProxy
@@ -135,11 +135,6 @@ def gcs_server(fake: Any) -> Server:
         lambda p: f"gs://{bucket}/faults",
         {"timeout": 5.0, "retry_timeout": 5.0},
     )
-
-
-def backend_available(name: str) -> bool:
-    """Whether berth.backends.`name` exists in this tree yet."""
-    return importlib.util.find_spec(f"berth.backends.{name}") is not None
 
 
 # --- private servers that can be killed ---------------------------------------------------
@@ -454,6 +449,7 @@ def run_faults(
                 store.claim(key)
         store.close()
     result.seconds = timer.elapsed()
+    result.counts = {"faults": sum(faults.counts.values()), "backend_errors": errors, "unknown_claims": unknown_claims}
     result.notes.insert(
         0,
         f"{result.trials} calls, {errors} raised BackendError ({unknown_claims} claims of unknown outcome); "
@@ -531,9 +527,6 @@ SERVERS = ["postgresql", "redis", "s3", "gcs"]
 @pytest.fixture
 def server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Server:
     name = request.param
-    module = {"postgresql": "postgres"}.get(name, name)
-    if not backend_available(module):
-        pytest.skip(f"berth.backends.{module} is not in this tree yet")
     if name == "postgresql":
         return postgres_server(request.getfixturevalue("postgres_dsn"))
     if name == "redis":
@@ -549,9 +542,10 @@ def server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> S
 @pytest.mark.parametrize("server", SERVERS, indirect=True)
 def test_faults_mid_save_load_claim(server: Server) -> None:
     result = run_faults(server, calls=150, budget=90)
-    notes, result.notes = result.notes, result.notes[1:]
+    summary, result.notes = result.notes[0], result.notes[1:]
     result.check()
-    assert "raised BackendError" in notes[0]
+    # the faults landed: some were injected, and some call was on the wire when one struck
+    assert result.counts["faults"] > 0 and result.counts["backend_errors"] > 0, summary
 
 
 @pytest.mark.parametrize("server", SERVERS, indirect=True)
@@ -564,9 +558,8 @@ def test_claim_with_lost_delete_response_is_a_backend_error(server: Server) -> N
 @pytest.fixture(params=["postgresql", "redis"])
 def private_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateServer]:
     cls = {"postgresql": PrivatePostgres, "redis": PrivateRedis}[request.param]
-    module = {"postgresql": "postgres"}.get(request.param, request.param)
-    if not backend_available(module) or not cls.available():
-        pytest.skip(f"no private {request.param} server can be started here")
+    if not cls.available():
+        unavailable(f"a private {request.param} server", f"{cls.__doc__} cannot be started here")
     server = cls(tmp_path_factory.mktemp(f"private-{request.param}"))
     server.start()
     try:
@@ -579,14 +572,16 @@ def test_server_crash_mid_save_load_claim(private_server: PrivateServer) -> None
     result = run_faults(private_server.server(), calls=120, rate=0.03, crashes=private_server, budget=120)
     summary, result.notes = result.notes[0], result.notes[1:]
     result.check()
-    assert "'crash': 0" not in summary, summary
+    # the kills landed: the server was killed, and calls were in flight when it died
+    assert result.counts["faults"] > 0 and result.counts["backend_errors"] > 0, summary
 
 
 @pytest.mark.slow
 def test_server_crash_long(private_server: PrivateServer) -> None:
     result = run_faults(private_server.server(), calls=2000, rate=0.03, crashes=private_server, budget=1200)
-    result.notes = result.notes[1:]
+    summary, result.notes = result.notes[0], result.notes[1:]
     result.check()
+    assert result.counts["faults"] > 0 and result.counts["backend_errors"] > 0, summary
 
 
 class _RetriedDelete:
@@ -616,8 +611,9 @@ def test_the_lost_delete_trial_catches_a_retry_that_hides_the_outcome(server: Se
 @pytest.mark.parametrize("server", SERVERS, indirect=True)
 def test_faults_long(server: Server) -> None:
     result = run_faults(server, calls=3000, budget=900)
-    result.notes = result.notes[1:]
+    summary, result.notes = result.notes[0], result.notes[1:]
     result.check()
+    assert result.counts["faults"] > 0 and result.counts["backend_errors"] > 0, summary
     lost = run_lost_delete(server, trials=200)
     lost.notes = lost.notes[1:]
     lost.check()

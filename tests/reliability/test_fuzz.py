@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -326,7 +326,7 @@ def prop_forged_plaintext_frames(n: int) -> tuple[Callable[[], None], list[int]]
                     opened[0] += 1
                 elif op == "list":
                     for listing in store.list():
-                        assert isinstance(listing.key, str) and isinstance(listing.labels, object)
+                        _check_listing(listing)
                 else:
                     store.sweep(datetime(2026, 1, 1, tzinfo=timezone.utc))
             except berth.BerthError:
@@ -337,6 +337,17 @@ def prop_forged_plaintext_frames(n: int) -> tuple[Callable[[], None], list[int]]
         assert opened[0] > 0 or count[0] < 50, "no forged frame ever opened: the property explores nothing valid"
 
     return run, count
+
+
+def _check_listing(listing: berth.Listing) -> None:
+    """A listing berth streams out is well-typed whatever header it was read from."""
+    assert listing.key == KEY
+    assert isinstance(listing.run_id, str) and isinstance(listing.sealed_by, str)
+    assert isinstance(listing.size, int) and listing.size > 0
+    assert isinstance(listing.labels, Mapping)
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in listing.labels.items())
+    assert listing.created_at.tzinfo is not None
+    assert listing.deadline is None or listing.deadline.tzinfo is not None
 
 
 def _check_opened(env: berth.Envelope, header: dict[str, Any]) -> None:

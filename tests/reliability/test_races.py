@@ -17,7 +17,6 @@ The memory backend runs the same scenario with threads.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import multiprocessing
 import secrets
@@ -34,7 +33,7 @@ import pytest
 
 import berth
 
-from ._common import Result, Timer, big_envelope
+from ._common import Result, Timer, big_envelope, scan_tree
 
 Opener = Callable[[], berth.Store]
 RESAVE_EVERY = 7
@@ -111,8 +110,13 @@ def run_races(
     processes: bool = True,
     sweep_pause: float = 0.0,
     budget: float = 900.0,
+    scan: Path | None = None,
 ) -> Result:
-    """Race `claimers` claimers, a re-saver and a sweeper over `keys` keys; count failed keys."""
+    """Race `claimers` claimers, a re-saver and a sweeper over `keys` keys; count failed keys and worker errors.
+
+    With `scan` (a local store's directory), every file under it is then checked for the
+    plaintext marker and for modes 0600 / 0700, as the crash trials check theirs.
+    """
     result = Result("races: claimers x re-saver x sweeper", backend)
     root.mkdir(parents=True, exist_ok=True)
     timer = Timer(budget)
@@ -157,9 +161,10 @@ def run_races(
     claims = [json.loads(Path(out).read_text()) for out in outs]
     resaver = json.loads((root / "resaver.json").read_text())
     sweep = json.loads((root / "sweeper.json").read_text())
-    for report in [*claims, resaver, sweep]:
-        for error in report["errors"][:5]:
-            result.fail(f"worker error: {error}")
+    # a worker's error is a failure of its own: a claim, re-save or sweep that should have worked did not
+    worker_errors = [error for report in [*claims, resaver, sweep] for error in report["errors"]]
+    for error in worker_errors[:5]:
+        result.fail(f"worker error: {error}")
     # whatever is left is claimed now, so every run is accounted for
     store = open_store()
     leftover = []
@@ -195,14 +200,18 @@ def run_races(
                 bad.add(key)
                 result.fail(f"{run} acknowledged but claimed {won[run]} times (lost)")
     result.trials = keys
-    result.failures = len(bad)
+    result.failures = len(bad) + len(worker_errors)  # failed keys (not symptoms), plus every worker error
+    scanned = scan_tree(scan, result) if scan is not None else 0
+    if scan is not None and scanned < 2:
+        result.fail(f"nothing to scan under {scan}: the leak scan checked no store")
     total_claims = sum(len(c["won"]) for c in claims)
     expired_seen = sum(len(c["expired"]) for c in claims)
     result.notes.insert(
         0,
         f"{claimers} claimers: {total_claims} wins, {expired_seen} expired refusals; "
         f"{len(acked)} re-saves; sweeper removed {sweep['removed']} in {sweep['sweeps']} sweeps; "
-        f"{len(leftover)} left for the final claim",
+        f"{len(leftover)} left for the final claim"
+        + (f"; {scanned} files and directories scanned for the marker and modes" if scan is not None else ""),
     )
     result.seconds = timer.elapsed()
     return result
@@ -260,9 +269,14 @@ def local_openers(root: Path) -> dict[str, Opener]:
     root.mkdir(parents=True, exist_ok=True)
     return {
         "memory": memory_opener(root),
-        "file": url_opener(f"file://{root}/file-store"),
-        "sqlite": url_opener(f"sqlite:///{root}/sqlite-store/berth.db"),
+        "file": url_opener(f"file://{local_store_dir(root, 'file')}"),
+        "sqlite": url_opener(f"sqlite:///{local_store_dir(root, 'sqlite')}/berth.db"),
     }
+
+
+def local_store_dir(root: Path, backend: str) -> Path | None:
+    """Where `local_openers(root)[backend]` keeps its files (None for memory): the trial scans it."""
+    return None if backend == "memory" else root / f"{backend}-store"
 
 
 def _check(result: Result) -> None:
@@ -273,7 +287,10 @@ def _check(result: Result) -> None:
 @pytest.mark.parametrize("backend", ["memory", "file", "sqlite"])
 def test_races_local(backend: str, tmp_path: Path) -> None:
     opener = local_openers(tmp_path)[backend]
-    result = run_races(backend, opener, tmp_path / "work", keys=150, processes=backend != "memory", budget=120)
+    scan = local_store_dir(tmp_path, backend)
+    result = run_races(
+        backend, opener, tmp_path / "work", keys=150, processes=backend != "memory", budget=120, scan=scan
+    )
     assert result.trials == 150
     _check(result)
 
@@ -282,7 +299,10 @@ def test_races_local(backend: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("backend", ["memory", "file", "sqlite"])
 def test_races_local_long(backend: str, tmp_path: Path) -> None:
     opener = local_openers(tmp_path)[backend]
-    result = run_races(backend, opener, tmp_path / "work", keys=10_000, processes=backend != "memory", budget=900)
+    scan = local_store_dir(tmp_path, backend)
+    result = run_races(
+        backend, opener, tmp_path / "work", keys=10_000, processes=backend != "memory", budget=900, scan=scan
+    )
     assert result.trials == 10_000
     _check(result)
 
@@ -291,9 +311,6 @@ NETWORK = {"postgresql": "postgres_dsn", "redis": "redis_url", "s3": "moto_url",
 
 
 def _network(backend: str, request: pytest.FixtureRequest) -> Opener:
-    module = {"postgresql": "postgres"}.get(backend, backend)
-    if importlib.util.find_spec(f"berth.backends.{module}") is None:
-        pytest.skip(f"berth.backends.{module} is not in this tree yet")
     if backend == "gcs":
         return gcs_opener(request.getfixturevalue("fake_gcs"))
     if backend == "s3":
@@ -340,3 +357,28 @@ def test_the_race_accounting_catches_a_claim_that_is_not_conditional(tmp_path: P
     )
     assert result.failures > 0
     assert any("claimed 2 times" in n or "claimed 3 times" in n for n in result.notes)
+
+
+def test_the_race_accounting_counts_worker_errors(tmp_path: Path) -> None:
+    """A claimer's BackendError is a failure: the audit's planted delete errors once passed as 0 failures."""
+    from berth.backends.memory import MemoryBackend
+
+    class FailingDeletes(MemoryBackend):
+        injected = 0
+
+        def delete(self, name: str, token: berth.Token) -> None:
+            with self._lock:
+                fail = FailingDeletes.injected < 23 and name.endswith("0")
+                FailingDeletes.injected += fail
+            if fail:
+                raise berth.BackendError(f"injected delete error on {name!r}")
+            super().delete(name, token)
+
+    backend = FailingDeletes()
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    result = run_races(
+        "broken", lambda: berth.Store(backend, identity="race", sealer=sealer), tmp_path, keys=60, processes=False
+    )
+    assert FailingDeletes.injected == 23
+    assert result.failures >= 23
+    assert any(n.startswith("worker error:") and "injected delete error" in n for n in result.notes)
