@@ -13,6 +13,7 @@ from __future__ import annotations
 from berth import kms
 from berth._aesgcm import AesGcmSealer, Keyring
 from berth._answers import frame_answer
+from berth._checkpoint_store import checkpoint_store
 from berth._config import sealer_from_env
 from berth._coordinator import Coordinator, Wake, WakeDecision
 from berth._envelope import (
@@ -90,6 +91,7 @@ __all__ = [
     "Wake",
     "WakeDecision",
     "check_resumable",
+    "checkpoint_store",
     "digest_file",
     "digest_json",
     "frame_answer",
