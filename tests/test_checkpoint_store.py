@@ -32,7 +32,16 @@ def tenant(url: str, identity: str, sealer: berth.Sealer, **kw: object) -> Check
 
 @pytest.mark.parametrize(
     "data",
-    [SECRET, b"", b"\x00\xff\xfe binary", b' {"spaced": true} \n', b"[1,2,3]", b'"a string"', b"null", bytes(range(256))],
+    [
+        SECRET,
+        b"",
+        b"\x00\xff\xfe binary",
+        b' {"spaced": true} \n',
+        b"[1,2,3]",
+        b'"a string"',
+        b"null",
+        bytes(range(256)),
+    ],
 )
 def test_put_get_round_trips_any_bytes_sealed(url: str, sealer: berth.Sealer, data: bytes) -> None:
     cs = tenant(url, "acme", sealer)
@@ -59,7 +68,8 @@ def test_a_location_resolves_in_another_process(url: str, tmp_path: Path) -> Non
     location = tenant(url, "acme", sealer).put(SECRET, key="run-1")
     code = (
         "import sys, berth\n"
-        "s = berth.open_store(sys.argv[1], identity='acme', sealer=berth.AesGcmSealer(berth.Keyring.load(sys.argv[2])))\n"
+        "sealer = berth.AesGcmSealer(berth.Keyring.load(sys.argv[2]))\n"
+        "s = berth.open_store(sys.argv[1], identity='acme', sealer=sealer)\n"
         "sys.stdout.buffer.write(berth.checkpoint_store(s).get(sys.argv[3]))\n"
     )
     done = subprocess.run([sys.executable, "-c", code, url, str(ring), location], capture_output=True, timeout=60)

@@ -170,7 +170,7 @@ class SealedCheckpointStore:
 
 
 def checkpoint_store(store: Store, *, prefix: str = "checkpoints/", ttl: timedelta | None = None) -> CheckpointStore:
-    """The agent-language ADR's checkpoint-store seam (`put(data, *, key) -> str`, `get(location) -> bytes`) over `store`.
+    """The checkpoint ADR's host seam over `store`: `put(data, *, key) -> location`, `get(location) -> data`.
 
     What is put is sealed under the store's sealer and bound to its identity and key; the
     returned location is opaque and tamper-evident, and resolves in any process that opens

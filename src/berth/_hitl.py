@@ -1,0 +1,273 @@
+"""What the framework integrations share: one question per pending tool call, answers mapped back, async.
+
+A framework's paused run waits on several tool calls at once (approvals,
+external results). The coordinator asks one question per key; `CallQuestions`
+fans that out to one question per call, under ``<key>/call-<i>`` (i from 1), so
+each shows up in `berth questions` and the inbox on its own and is answered
+with `berth answer '<key>/call-<i>' TEXT`. To the coordinator the set is one
+question: it is answered once every call's question is, and consumed together.
+
+The sub-questions' ids are ``<parent>.<i>.<n>`` (parent: the id the coordinator
+binds to the parked envelope), so a stale sub-question of an earlier park of the
+same key is never taken for an answer to this one.
+
+Everything that touches storage runs through `_off_loop`: today the sync
+coordinator in a worker thread; `berth.aio` slots in there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple, TypeVar
+
+from berth._answers import frame_answer
+from berth._coordinator import Coordinator, Wake, WakeDecision
+from berth._envelope import Envelope, check_resumable
+from berth._errors import BerthError, InvalidEnvelope, where
+from berth._questions import Answer, Question, QuestionStore
+from berth._store import Store
+
+__all__ = ["CallQuestions", "Outcome", "Pending", "Parking", "call_key", "parse_approval"]
+
+log = logging.getLogger("berth")
+
+T = TypeVar("T")
+
+_APPROVE = frozenset({"approve", "approved", "yes", "y", "ok", "allow", "allowed", "lgtm"})
+_REJECT = frozenset({"reject", "rejected", "deny", "denied", "no", "n"})
+
+
+async def _off_loop(fn: Callable[..., T], *args: Any) -> T:
+    # The one place storage is called from the event loop: berth.aio replaces this thread hop.
+    return await asyncio.to_thread(fn, *args)
+
+
+def call_key(key: str, index: int) -> str:
+    """The question key of the `index`-th (from 1) pending call of the run parked under `key`."""
+    return f"{key}/call-{index}"
+
+
+def parse_approval(text: str) -> tuple[bool, str | None]:
+    """Read a human's answer to an approval question: `(approved, reason)`.
+
+    `approve`, `yes`, `ok`, ... approve; `reject`, `no`, `deny`, ... reject, with
+    whatever follows as the reason (`reject: not on a Friday`). Anything else,
+    and an empty answer, rejects with the whole text as the reason: an approval
+    is never read into an answer that does not say so.
+    """
+    body = text.strip()
+    word, _, rest = body.partition(" ")
+    head, colon, tail = word.partition(":")
+    verb = head.strip(".,;!-").lower()
+    reason = ((tail + " " + rest) if colon else rest).strip(" \t\n:-,;")
+    if verb in _APPROVE:
+        return True, None
+    if verb in _REJECT:
+        return False, reason or None
+    return False, body or None
+
+
+class Pending(NamedTuple):
+    """One tool call a paused run waits on, as the integrations ask about it."""
+
+    id: str
+    name: str
+    arguments: str
+    kind: str  # "approval" or "result"
+
+
+def _prompt(call: Pending, run_id: str) -> str:
+    if call.kind == "approval":
+        return (
+            f"Run {run_id!r} wants to call {call.name}({call.arguments}). "
+            "Answer 'approve', or 'reject: <reason>' (the reason goes back to the model)."
+        )
+    return f"Run {run_id!r} waits for the result of {call.name}({call.arguments}). Answer with the tool's result."
+
+
+class CallQuestions:
+    """A question store view for the coordinator: one question per pending call, answered as a set."""
+
+    def __init__(
+        self,
+        questions: QuestionStore,
+        calls: Sequence[Pending] = (),
+        deadline: datetime | None = None,
+    ):
+        self.questions = questions
+        self.calls = tuple(calls)
+        self.deadline = deadline
+
+    def ask(self, key: str, prompt: str, *, run_id: str, question_id: str) -> Question:
+        n = len(self.calls)
+        # The first call's question is asked last: once it names this parent, all of them do.
+        for i in range(n, 0, -1):
+            call = self.calls[i - 1]
+            self.questions.ask(
+                call_key(key, i),
+                _prompt(call, run_id),
+                run_id=run_id,
+                question_id=f"{question_id}.{i}.{n}",
+                deadline=self.deadline,
+            )
+        i = n + 1
+        while (stale := self.questions.pending(call_key(key, i))) is not None:  # an earlier park's extra calls
+            self.questions.consume(call_key(key, i), stale.id)
+            i += 1
+        first = self.questions.pending(call_key(key, 1))
+        assert first is not None
+        return Question(question_id, key, run_id, prompt, first.asked_at)
+
+    def pending(self, key: str) -> Question | None:
+        first = self.questions.pending(call_key(key, 1))
+        if first is None:
+            return None
+        parent = first.id.split(".", 1)[0]
+        return Question(parent, key, first.run_id, first.prompt, first.asked_at)
+
+    def answer(self, key: str) -> Answer | None:
+        first = self.questions.pending(call_key(key, 1))
+        if first is None:
+            return None
+        parent, _, count = first.id.partition(".1.")
+        if not count.isdigit():
+            return None
+        n = int(count)
+        answers: list[Answer] = []
+        for i in range(1, n + 1):
+            a = self.questions.answer(call_key(key, i))
+            if a is None or a.question_id != f"{parent}.{i}.{n}":
+                return None
+            answers.append(a)
+        by = ", ".join(dict.fromkeys(a.by for a in answers))
+        text = json.dumps([a.text for a in answers])
+        return Answer(parent, text, by, max(a.answered_at for a in answers))
+
+    def consume(self, key: str, question_id: str) -> bool:
+        removed = False
+        i = 1
+        while (q := self.questions.pending(call_key(key, i))) is not None and q.id.startswith(question_id + "."):
+            removed = self.questions.consume(call_key(key, i), q.id) or removed
+            i += 1
+        return removed
+
+
+def _json_or_text(arguments: str) -> bytes:
+    try:
+        json.loads(arguments)
+    except ValueError:  # a model can emit arguments that are not JSON: keep them, as a JSON string
+        return json.dumps(arguments).encode()
+    return arguments.encode()
+
+
+class Outcome(NamedTuple):
+    """What a framework wake did: the coordinator's `decision`, the resumed run's `result` (RESUME only), the `wake`."""
+
+    decision: WakeDecision
+    result: Any
+    wake: Wake
+
+
+class Parking:
+    """Park a framework's paused run as an envelope plus one question per call; wake it exactly once."""
+
+    def __init__(
+        self,
+        store: Store,
+        questions: QuestionStore,
+        *,
+        provider: str,
+        model: str,
+        config_digest: str,
+        default_deadline: timedelta = timedelta(days=14),
+    ):
+        if not isinstance(questions, QuestionStore):
+            raise TypeError(f"questions must be a berth.QuestionStore, got {type(questions).__name__}")
+        self.store = store
+        self.questions = questions
+        self.provider = provider
+        self.model = model
+        self.config_digest = config_digest
+        self.default_deadline = default_deadline
+
+    def _validate(self, envelope: Envelope) -> None:
+        check_resumable(
+            envelope,
+            provider=self.provider,
+            model=self.model,
+            config_digest=self.config_digest,
+            now=self.store.now(),
+        )
+
+    def _coordinator(self, calls: Sequence[Pending] = (), deadline: datetime | None = None) -> Coordinator:
+        return Coordinator(
+            self.store,
+            CallQuestions(self.questions, calls, deadline),
+            default_deadline=self.default_deadline,
+            validate=self._validate,
+        )
+
+    def envelope(
+        self,
+        key: str,
+        *,
+        provider_state: Any,
+        calls: Sequence[Pending],
+        loop_state: Any = None,
+        run_id: str | None = None,
+        deadline: datetime | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> Envelope:
+        if not calls:
+            raise InvalidEnvelope(
+                f"park at {where(self.store.identity, key)} refused: the run waits on no tool call; nothing saved",
+                identity=self.store.identity,
+                key=key,
+            )
+        from berth._envelope import PendingCall
+
+        return Envelope(
+            provider=self.provider,
+            model=self.model,
+            config_digest=self.config_digest,
+            run_id=run_id or secrets.token_hex(8),
+            provider_state=provider_state,
+            loop_state=loop_state,
+            pending_calls=[PendingCall(c.id, c.name, _json_or_text(c.arguments)) for c in calls],
+            turn=0,
+            remaining_turns=1,
+            reason=f"awaiting {len(calls)} human answer{'s' if len(calls) != 1 else ''}",
+            deadline=deadline or self.store.now() + self.default_deadline,
+            labels=labels,
+        )
+
+    async def park(self, key: str, envelope: Envelope, calls: Sequence[Pending]) -> Envelope:
+        coordinator = self._coordinator(calls, envelope.deadline)
+        return await _off_loop(coordinator.suspend, key, envelope)
+
+    async def wake(self, key: str) -> Wake:
+        return await _off_loop(self._coordinator().wake, key)
+
+
+def answers_by_call(wake: Wake) -> dict[str, str]:
+    """The human's answer text for each pending call id of a RESUME wake."""
+    assert wake.envelope is not None and wake.answer is not None
+    texts = json.loads(wake.answer.text)
+    calls = wake.envelope.pending_calls
+    if not isinstance(texts, list) or len(texts) != len(calls):
+        raise BerthError(
+            f"the answers to run {wake.envelope.run_id!r} do not match its {len(calls)} pending calls",
+        )
+    return {call.id: text for call, text in zip(calls, texts, strict=True)}
+
+
+def rejection(reason: str | None) -> str:
+    """The message a rejected call sends back to the model: the human's reason, framed."""
+    if not reason:
+        return "A human rejected this tool call."
+    return "A human rejected this tool call, and gave this reason:\n" + frame_answer(reason)

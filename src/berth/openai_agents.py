@@ -1,0 +1,209 @@
+"""Park an OpenAI Agents SDK run that waits on tool approvals; resume it exactly once (extra `openai-agents`).
+
+    result = await Runner.run(agent, "clean up acme/old")
+    if result.interruptions:
+        await berth.openai_agents.park(store, questions, "ops/ticket-7", result, agent=agent)
+    ...                                   # a human: berth answer 'ops/ticket-7/call-1' approve
+    outcome = await berth.openai_agents.wake(store, questions, "ops/ticket-7", agent)
+    if outcome.decision is berth.WakeDecision.RESUME:
+        print(outcome.result.final_output)  # the run went on; the approved tool ran once
+
+The run's `RunState` is parked sealed, with one question per pending tool
+approval. On RESUME (exactly one waker gets it), each answer is applied with
+`RunState.approve`/`reject` (the reason goes back to the model) and the run
+continues with `Runner.run`. The agent's configuration digest (name,
+instructions, model, tools, handoffs) guards the resume: a run parked under
+another configuration is dropped as FRESH (reason "drifted"), never resumed.
+See docs/integrations/openai-agents.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from berth._coordinator import WakeDecision
+from berth._envelope import Envelope, digest_json
+from berth._hitl import Outcome, Parking, Pending, answers_by_call, parse_approval, rejection
+from berth._questions import QuestionStore
+from berth._store import Store
+
+try:
+    from agents import Agent, RunState
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("berth.openai_agents needs the OpenAI Agents SDK: pip install 'berth[openai-agents]'") from exc
+
+if TYPE_CHECKING:
+    from agents import RunResult
+
+__all__ = ["PROVIDER", "Outcome", "config_digest", "model_name", "park", "wake"]
+
+PROVIDER = "openai-agents"
+"""The envelope's `provider` for runs parked by this module."""
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, str):
+        return obj
+    if obj is None:
+        return ""
+    name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    return f"{getattr(obj, '__module__', '')}.{name}"
+
+
+def model_name(agent: Agent[Any]) -> str:
+    """The model an agent runs on, as the envelope records it: the model name, or its Model class."""
+    model = agent.model
+    if isinstance(model, str):
+        return model
+    if model is None:
+        from agents.models import get_default_model
+
+        return get_default_model()
+    return str(getattr(model, "model", None) or _describe(model))
+
+
+def _tool(tool: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"type": type(tool).__name__, "name": getattr(tool, "name", "")}
+    for field in ("description", "params_json_schema", "strict_json_schema"):
+        if hasattr(tool, field):
+            doc[field] = getattr(tool, field)
+    approval = getattr(tool, "needs_approval", None)
+    doc["needs_approval"] = approval if isinstance(approval, bool) else _describe(approval)
+    return doc
+
+
+def config_digest(agent: Agent[Any]) -> str:
+    """`sha256:` over what resuming `agent` depends on: name, instructions, model, tools, handoffs, output type.
+
+    Callable instructions are named by their qualified name (their text is made at run time).
+    """
+    return digest_json(
+        {
+            "name": agent.name,
+            "instructions": _describe(agent.instructions),
+            "model": model_name(agent),
+            "tools": [_tool(t) for t in agent.tools],
+            "handoffs": [
+                getattr(h, "name", None) or getattr(h, "agent_name", None) or _describe(h) for h in agent.handoffs
+            ],
+            "output_type": _describe(agent.output_type),
+        }
+    )
+
+
+def _parking(store: Store, questions: QuestionStore, agent: Agent[Any], default_deadline: timedelta) -> Parking:
+    return Parking(
+        store,
+        questions,
+        provider=PROVIDER,
+        model=model_name(agent),
+        config_digest=config_digest(agent),
+        default_deadline=default_deadline,
+    )
+
+
+def _calls(state: RunState[Any, Any]) -> list[Pending]:
+    calls = []
+    for i, item in enumerate(state.get_interruptions(), 1):
+        name = item.qualified_name or item.name or "tool"
+        calls.append(Pending(item.call_id or f"#{i}", name, item.arguments or "{}", "approval"))
+    return calls
+
+
+async def park(
+    store: Store,
+    questions: QuestionStore,
+    key: str,
+    result: RunResult | RunState[Any, Any],
+    *,
+    agent: Agent[Any],
+    run_id: str | None = None,
+    deadline: datetime | None = None,
+    default_deadline: timedelta = timedelta(days=14),
+    labels: dict[str, str] | None = None,
+    context_serializer: Callable[[Any], Any] | None = None,
+) -> Envelope:
+    """Park a run interrupted for tool approvals under `key`, and ask one question per approval.
+
+    Args:
+        store, questions: the identity's envelope store and question store.
+        key: the run's name within the identity; the questions are `<key>/call-<i>`.
+        result: the interrupted `RunResult` (or its `RunState`).
+        agent: the run's starting agent; its `config_digest` is parked with the run.
+        run_id: tells successive runs of one key apart (random when None).
+        deadline: after it the run never resumes (default: now + `default_deadline`).
+        labels: small, non-secret strings for listings.
+        context_serializer: passed to `RunState.to_json` for a non-mapping run context.
+
+    Returns:
+        The envelope as parked.
+
+    Raises:
+        InvalidEnvelope: the run has no pending approval (nothing saved, nothing asked).
+        InvalidKey, EnvelopeTooLarge, BackendError: as `Coordinator.suspend`.
+    """
+    state = result.to_state() if hasattr(result, "to_state") else result
+    calls = _calls(state)
+    parking = _parking(store, questions, agent, default_deadline)
+    envelope = parking.envelope(
+        key,
+        provider_state=state.to_json(context_serializer=context_serializer),
+        calls=calls,
+        run_id=run_id,
+        deadline=deadline,
+        labels=labels,
+    )
+    return await parking.park(key, envelope, calls)
+
+
+async def wake(
+    store: Store,
+    questions: QuestionStore,
+    key: str,
+    agent: Agent[Any],
+    *,
+    default_deadline: timedelta = timedelta(days=14),
+    context_deserializer: Callable[[Any], Any] | None = None,
+    **run_options: Any,
+) -> Outcome:
+    """Wake the run parked under `key`: on RESUME apply the answers and continue it with `Runner.run`.
+
+    Exactly one waker among any number racing (threads, processes, hosts) gets RESUME
+    and runs the approved tools; every other gets REARM or FRESH and runs nothing.
+    Each answer approves (`approve`, `yes`, ...) or rejects (`reject: <reason>`, or
+    anything else: fail closed); a rejected tool never runs, its reason goes to the model.
+
+    Args:
+        store, questions: the identity's envelope store and question store.
+        key: the key the run was parked under.
+        agent: the starting agent to resume with; a configuration other than the parked
+            one's is drift: the run is dropped (FRESH, reason "drifted").
+        context_deserializer: passed to `RunState.from_json`.
+        **run_options: passed to `Runner.run` (`run_config`, `max_turns`, `hooks`, ...).
+
+    Returns:
+        `Outcome(decision, result, wake)`: `result` is the resumed run's `RunResult` on
+        RESUME (park it again if it was interrupted again), else None.
+
+    Raises:
+        InvalidKey: the key breaks the key rules (before any I/O).
+    """
+    from agents import Runner
+
+    woke = await _parking(store, questions, agent, default_deadline).wake(key)
+    if woke.decision is not WakeDecision.RESUME:
+        return Outcome(woke.decision, None, woke)
+    assert woke.envelope is not None
+    answers = answers_by_call(woke)
+    state = await RunState.from_json(agent, woke.envelope.state(), context_deserializer=context_deserializer)
+    for i, item in enumerate(state.get_interruptions(), 1):
+        text = answers.get(item.call_id or f"#{i}")
+        approved, reason = parse_approval(text) if text is not None else (False, "no answer")
+        if approved:
+            state.approve(item)
+        else:
+            state.reject(item, rejection_message=rejection(reason))
+    result = await Runner.run(agent, state, **run_options)
+    return Outcome(WakeDecision.RESUME, result, woke)

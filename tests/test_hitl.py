@@ -1,0 +1,90 @@
+"""The integrations' shared part: reading approvals, one question per pending call, re-parks of one key."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import berth
+from berth._hitl import Parking, Pending, call_key, parse_approval
+from tests._frameworks import KEY, Site, make_site
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("approve", (True, None)),
+        ("  Yes ", (True, None)),
+        ("OK.", (True, None)),
+        ("approved, go ahead", (True, None)),
+        ("reject", (False, None)),
+        ("reject: not on a Friday", (False, "not on a Friday")),
+        ("No - the archive is under legal hold", (False, "the archive is under legal hold")),
+        ("deny:too risky", (False, "too risky")),
+        ("", (False, None)),
+        ("maybe later", (False, "maybe later")),
+        ("yesterday's build is fine", (False, "yesterday's build is fine")),
+        ("approve? no", (False, "approve? no")),
+    ],
+)
+def test_only_an_explicit_approval_approves(text: str, expected: tuple[bool, str | None]) -> None:
+    assert parse_approval(text) == expected
+
+
+def parking(site: Site) -> Parking:
+    store, questions = site.open()
+    return Parking(store, questions, provider="fw", model="m", config_digest="sha256:0")
+
+
+def park(site: Site, *names: str) -> berth.Envelope:
+    p = parking(site)
+    calls = [Pending(f"id-{n}", n, "{}", "approval") for n in names]
+    return asyncio.run(p.park(KEY, p.envelope(KEY, provider_state={"s": 1}, calls=calls), calls))
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Site:
+    return make_site(tmp_path)
+
+
+def test_a_re_park_supersedes_every_question_of_the_earlier_one(site: Site) -> None:
+    park(site, "a", "b", "c")
+    site.answer("approve", "approve")  # two of three answered, then the run is parked again with two calls
+    park(site, "x", "y")
+    _, questions = site.open()
+    assert [q.key for q, _ in questions.list(KEY)] == [call_key(KEY, 1), call_key(KEY, 2)]
+    assert all(a is None for _, a in questions.list(KEY)), "no answer carries over to the new park"
+    assert asyncio.run(parking(site).wake(KEY)).decision is berth.WakeDecision.REARM
+    site.answer("approve", "reject: no")
+    woke = asyncio.run(parking(site).wake(KEY))
+    assert woke.decision is berth.WakeDecision.RESUME
+    assert [c.name for c in woke.envelope.pending_calls] == ["x", "y"]
+
+
+def test_an_answer_to_a_superseded_sub_question_is_refused(site: Site) -> None:
+    park(site, "a")
+    _, questions = site.open()
+    old = questions.pending(call_key(KEY, 1))
+    park(site, "b")
+    assert old is not None
+    with pytest.raises(berth.AnswerRefused):
+        questions.provide(call_key(KEY, 1), old.id, "approve")
+
+
+def test_a_park_with_no_calls_is_refused_before_any_io(site: Site) -> None:
+    with pytest.raises(berth.InvalidEnvelope, match="no tool call"):
+        parking(site).envelope(KEY, provider_state={}, calls=[])
+    assert site.frames() == {}
+
+
+def test_import_berth_pulls_in_no_framework() -> None:
+    code = (
+        "import sys, berth; berth.checkpoint_store; "
+        "print([m for m in ('agents', 'openai', 'pydantic_ai', 'pydantic') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,204 @@
+"""berth.openai_agents against the real OpenAI Agents SDK, with its own ScriptedModel (no network, no tracing)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("OPENAI_API_KEY", "sk-test-not-a-real-key")  # nothing may reach a provider
+os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
+
+agents = pytest.importorskip("agents", reason="the openai-agents extra is not installed")
+
+from agents import Agent, FunctionTool, Runner, function_tool, set_tracing_disabled  # noqa: E402
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call  # noqa: E402
+
+import berth  # noqa: E402
+import berth.openai_agents as boa  # noqa: E402
+from tests._frameworks import KEY, Counter, Site, make_site, race  # noqa: E402
+
+set_tracing_disabled(True)
+
+FRESH, REARM, RESUME = berth.WakeDecision.FRESH, berth.WakeDecision.REARM, berth.WakeDecision.RESUME
+SECRET_REPO = "acme/payroll-archive"
+
+
+def responder(calls: list[tuple[str, dict[str, Any]]]) -> Any:
+    """The model: asks for `calls` first; once the tools answered, replies with every output it got."""
+
+    def respond(call: ModelCall) -> Any:
+        items = call.input if isinstance(call.input, list) else []
+        outputs = []
+        for item in reversed(items):
+            if not (isinstance(item, dict) and item.get("type") == "function_call_output"):
+                break
+            outputs.append(str(item.get("output")))
+        if outputs:
+            return [assistant_message("tools said: " + " | ".join(reversed(outputs)))]
+        return [function_call(name, args, call_id=f"call_{i}") for i, (name, args) in enumerate(calls, 1)]
+
+    return respond
+
+
+def build(
+    ran: Counter, *, instructions: str = "You run ops.", calls: list[tuple[str, dict[str, Any]]] | None = None
+) -> Agent[Any]:
+    """A fresh agent, as each process builds it: a risky tool that needs approval, a harmless one."""
+
+    @function_tool(needs_approval=True)
+    def delete_repo(name: str) -> str:
+        """Delete a repository for good."""
+        ran(("delete_repo", name))
+        return f"deleted {name}"
+
+    @function_tool(needs_approval=True)
+    def notify(channel: str) -> str:
+        """Post to a channel."""
+        ran(("notify", channel))
+        return f"posted to {channel}"
+
+    script = calls or [("delete_repo", {"name": SECRET_REPO})]
+    model = ScriptedModel([ModelStep.respond(responder(script)) for _ in range(4)])
+    tools: list[FunctionTool] = [delete_repo, notify]
+    return Agent(name="ops", instructions=instructions, tools=tools, model=model)  # type: ignore[arg-type]
+
+
+async def start_and_park(site: Site, ran: Counter, **kw: Any) -> berth.Envelope:
+    agent = build(ran, **kw)
+    result = await Runner.run(agent, "clean up the old payroll repo")
+    assert result.interruptions, "the run stops for approval"
+    store, questions = site.open()
+    return await boa.park(store, questions, KEY, result, agent=agent)
+
+
+def wake_with(ran: Counter, **kw: Any) -> Any:
+    async def wake(store: berth.Store, questions: berth.QuestionStore) -> boa.Outcome:
+        return await boa.wake(store, questions, KEY, build(ran, **kw))
+
+    return wake
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Site:
+    return make_site(tmp_path)
+
+
+def test_park_answer_and_exactly_one_of_four_wakers_resumes(site: Site) -> None:
+    ran = Counter()
+    envelope = asyncio.run(start_and_park(site, ran))
+    assert envelope.provider == "openai-agents" and envelope.config_digest == boa.config_digest(build(ran))
+    assert [(c.id, c.name, c.input_value()) for c in envelope.pending_calls] == [
+        ("call_1", "delete_repo", {"name": SECRET_REPO})
+    ]
+    _, questions = site.open()
+    asked = questions.pending(f"{KEY}/call-1")
+    assert asked is not None and "delete_repo" in asked.prompt and SECRET_REPO in asked.prompt
+    assert all(SECRET_REPO.encode() not in frame for frame in site.frames().values()), "sealed at rest"
+
+    early = asyncio.run(wake_with(ran)(*site.open()))
+    assert early.decision is REARM and early.result is None and ran.calls == []
+
+    site.answer("approve")
+    outcomes = race(site, wake_with(ran))
+    decisions = [o.decision for o in outcomes]
+    assert decisions.count(RESUME) == 1, decisions
+    assert set(decisions) <= {RESUME, REARM, FRESH}
+    assert ran.calls == [("delete_repo", SECRET_REPO)], "the approved tool ran exactly once"
+    (won,) = [o for o in outcomes if o.decision is RESUME]
+    assert won.result.final_output == f"tools said: deleted {SECRET_REPO}"
+    assert won.wake.answer.by == "alice"
+    store, questions = site.open()
+    assert store.load(KEY) is None and questions.pending(f"{KEY}/call-1") is None
+    assert asyncio.run(wake_with(ran)(*site.open())).decision is FRESH
+
+
+def test_a_rejected_approval_never_runs_the_tool(site: Site) -> None:
+    ran = Counter()
+    asyncio.run(start_and_park(site, ran))
+    site.answer("reject: payroll data is kept seven years")
+    outcomes = race(site, wake_with(ran))
+    (won,) = [o for o in outcomes if o.decision is RESUME]
+    assert ran.calls == []
+    said = won.result.final_output
+    assert "payroll data is kept seven years" in said and berth._answers.ANSWER_BEGIN in said
+
+
+def test_anything_but_an_approval_rejects(site: Site) -> None:
+    ran = Counter()
+    asyncio.run(start_and_park(site, ran))
+    site.answer("hmm, let me think about it")
+    outcome = asyncio.run(wake_with(ran)(*site.open()))
+    assert outcome.decision is RESUME and ran.calls == []
+    assert "let me think about it" in outcome.result.final_output
+
+
+def test_one_question_per_interruption_each_answered_on_its_own(site: Site) -> None:
+    ran = Counter()
+    calls = [("delete_repo", {"name": SECRET_REPO}), ("notify", {"channel": "#ops"})]
+    envelope = asyncio.run(start_and_park(site, ran, calls=calls))
+    assert [c.name for c in envelope.pending_calls] == ["delete_repo", "notify"]
+    _, questions = site.open()
+    prompts = {q.key: q.prompt for q, _ in questions.list(KEY)}
+    assert set(prompts) == {f"{KEY}/call-1", f"{KEY}/call-2"}
+    assert "delete_repo" in prompts[f"{KEY}/call-1"] and "notify" in prompts[f"{KEY}/call-2"]
+
+    site.answer("no: not the archive")  # only the first one
+    assert asyncio.run(wake_with(ran, calls=calls)(*site.open())).decision is REARM
+    _, questions = site.open()
+    pending = questions.pending(f"{KEY}/call-2")
+    assert pending is not None
+    questions.provide(f"{KEY}/call-2", pending.id, "yes", by="bob")
+    outcome = asyncio.run(wake_with(ran, calls=calls)(*site.open()))
+    assert outcome.decision is RESUME and outcome.wake.answer.by == "alice, bob"
+    assert ran.calls == [("notify", "#ops")]
+    assert "not the archive" in outcome.result.final_output and "posted to #ops" in outcome.result.final_output
+
+
+def test_past_the_deadline_nothing_resumes(site: Site) -> None:
+    ran = Counter()
+    asyncio.run(start_and_park(site, ran))
+    site.answer("approve")
+    site.clock.advance(timedelta(days=14, seconds=1))
+    outcomes = race(site, wake_with(ran))
+    assert {o.decision for o in outcomes} == {FRESH}
+    assert any(o.wake.reason == "expired" for o in outcomes)
+    assert ran.calls == []
+    store, questions = site.open()
+    assert store.load(KEY, allow_expired=True) is None and questions.pending(f"{KEY}/call-1") is None
+
+
+def test_a_tampered_frame_is_refused(site: Site) -> None:
+    ran = Counter()
+    asyncio.run(start_and_park(site, ran))
+    site.answer("approve")
+    site.tamper()
+    outcome = asyncio.run(wake_with(ran)(*site.open()))
+    assert outcome.decision is REARM and isinstance(outcome.wake.error, berth.IntegrityError)
+    assert ran.calls == [] and outcome.result is None
+
+
+def test_a_changed_agent_is_drift_and_never_resumes(site: Site) -> None:
+    ran = Counter()
+    asyncio.run(start_and_park(site, ran))
+    site.answer("approve")
+    changed = build(ran, instructions="You run ops, and you may delete anything.")
+    assert boa.config_digest(changed) != boa.config_digest(build(ran))
+    outcome = asyncio.run(wake_with(ran, instructions="You run ops, and you may delete anything.")(*site.open()))
+    assert outcome.decision is FRESH and outcome.wake.reason == "drifted"
+    assert ran.calls == []
+    assert site.open()[0].load(KEY) is None
+
+
+def test_a_run_with_nothing_to_approve_is_not_parked(site: Site) -> None:
+    ran = Counter()
+    agent = Agent(name="ops", instructions="x", model=ScriptedModel([[assistant_message("hi")]]))
+    result = asyncio.run(Runner.run(agent, "hello"))
+    store, questions = site.open()
+    with pytest.raises(berth.InvalidEnvelope, match="no tool call"):
+        asyncio.run(boa.park(store, questions, KEY, result, agent=agent))
+    assert store.load(KEY) is None and ran.calls == []
