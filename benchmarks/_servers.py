@@ -10,6 +10,7 @@ fake-gcs-server come from PyPI and are started here, stopped at exit.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests/_net.py
+from tests._moto import moto_command  # noqa: E402
 from tests._net import free_port, wait_http, wait_port  # noqa: E402
 
 POSTGRES_DSN = os.environ.get("BERTH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -103,13 +105,10 @@ class Servers:
 
     def _start_moto(self) -> None:
         aws_env()
-        exe = Path(sys.executable).with_name("moto_server")
-        if not exe.exists():
-            raise RuntimeError("moto_server is not installed: pip install -e '.[bench]'")
+        if importlib.util.find_spec("moto") is None:
+            raise RuntimeError("moto[server] is not installed: pip install -e '.[bench]'")
         port = free_port()
-        proc = subprocess.Popen(
-            [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        proc = subprocess.Popen(moto_command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.stack.callback(_stop, proc)
         url = f"http://127.0.0.1:{port}"
         if not wait_http(url + "/moto-api/"):

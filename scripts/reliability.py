@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
+from tests._moto import moto_command  # noqa: E402
 from tests._net import free_port, wait_http  # noqa: E402
 from tests.reliability import (  # noqa: E402
     test_crash,
@@ -93,14 +94,9 @@ def servers(wanted: list[str]) -> Iterator[dict[str, Any]]:
                 found["redis"] = None
         if "s3" in wanted:
             found["s3"] = None
-            exe = Path(sys.executable).with_name("moto_server")
-            if exe.exists():
+            if importlib.util.find_spec("moto") is not None:
                 port = free_port()
-                proc = subprocess.Popen(
-                    [str(exe), "-H", "127.0.0.1", "-p", str(port)],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
+                proc = subprocess.Popen(moto_command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 stack.callback(lambda: (proc.terminate(), proc.wait(10)))
                 url = f"http://127.0.0.1:{port}"
                 if wait_http(url + "/moto-api/", timeout=30):

@@ -14,14 +14,13 @@ from __future__ import annotations
 import importlib
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests._moto import moto_command
 from tests._net import free_port, wait_http
 from tests._skip_rule import CI, pytest_make_collect_report, pytest_runtest_makereport
 
@@ -90,12 +89,11 @@ def moto_url() -> Iterator[str]:
         yield given
         return
     port = free_port()
-    exe = Path(sys.executable).with_name("moto_server")
-    if not exe.exists():
-        unavailable("moto", "moto_server is not installed: pip install -e '.[all,test]'")
-    proc = subprocess.Popen(
-        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    try:
+        import moto.server  # noqa: F401
+    except ImportError:
+        unavailable("moto", "moto[server] is not installed: pip install -e '.[all,test]'")
+    proc = subprocess.Popen(moto_command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         if not wait_http(url + "/moto-api/"):

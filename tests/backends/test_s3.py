@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import gc
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -18,6 +17,7 @@ import pytest
 
 import berth
 from berth.testing import StoreContract, make_envelope
+from tests._moto import moto_command
 from tests._net import free_port, wait_http
 from tests.conftest import require, unavailable
 from tests.fakes.proxy import FaultyProxy
@@ -313,12 +313,7 @@ def test_retried_create_that_finds_its_object_present_is_unknown(proxied: tuple[
 
 
 def _start_moto(port: int) -> subprocess.Popen[bytes]:
-    exe = Path(sys.executable).with_name("moto_server")
-    if not exe.exists():
-        unavailable("moto", "moto_server is not installed")
-    proc = subprocess.Popen(
-        [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    proc = subprocess.Popen(moto_command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if not wait_http(f"http://127.0.0.1:{port}/moto-api/"):
         proc.kill()
         unavailable("moto", f"a private moto_server did not start on port {port}")
