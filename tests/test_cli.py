@@ -819,7 +819,14 @@ def test_demo_passes_in_80_columns(tmp_path: Path) -> None:
     assert done.stderr == b""
     assert "All 6 steps behaved as stated" in out and "NOT AS STATED" not in out
     assert max(len(line) for line in out.splitlines()) <= 80
-    for needle in ("RESUME", "REARM", "IntegrityError", "removed 1 expired envelope: org/repo#43", "FRESH"):
+    for needle in (
+        "RESUME",
+        "REARM",
+        "IntegrityError",
+        "removed 1 expired envelope: org/repo#43",
+        "FRESH",
+        "berth serve",
+    ):
         assert needle in out
     assert elapsed < 30
     assert not (tmp_path / "xdg").exists()  # the demo never touches the user's default store

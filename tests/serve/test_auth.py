@@ -171,3 +171,17 @@ def test_trusted_header_names_the_person(proxied_inbox: Server) -> None:
     assert httpx.post(proxied_inbox.url + "/api/answers", json=doc).status_code == 401
     r = httpx.post(proxied_inbox.url + "/api/answers", json=doc, headers={"X-Forwarded-User": "dana@example.com"})
     assert r.status_code == 201 and r.json()["by"] == "dana@example.com"
+
+
+def test_live_fragment_is_304_until_something_changes(inbox: Server, park: Park) -> None:
+    park("live-1", "First?")
+    client = logged_in(inbox)
+    first = client.get("/inbox/live", params={"prefix": park.prefix})
+    assert first.status_code == 200 and "First?" in first.text and "<html" not in first.text
+    etag = first.headers["etag"]
+    same = client.get("/inbox/live", params={"prefix": park.prefix}, headers={"If-None-Match": etag})
+    assert same.status_code == 304
+    park("live-2", "Second?")
+    changed = client.get("/inbox/live", params={"prefix": park.prefix}, headers={"If-None-Match": etag})
+    assert changed.status_code == 200 and "Second?" in changed.text
+    client.close()

@@ -202,6 +202,7 @@ def run_demo(*, url: str | None = None, keep: bool = False) -> bool:
         n.say(f"{len(n.failures)} of {n.steps} steps did not behave as stated ({elapsed:.1f} s).", "bold red")
         return False
     n.say(f"All {n.steps} steps behaved as stated, in {elapsed:.1f} s.", "bold green")
+    n.say("Next: `berth serve` opens the inbox, where people answer parked runs.")
     return True
 
 
@@ -261,6 +262,7 @@ def _run(n: Narrator, s: Setup) -> None:
         assert text is not None
         n.step(f"A maintainer answers {key}")
         n.cmd(f"berth answer '{key}' '{text}'")
+        n.say("   (or in a browser: `berth serve` is the inbox for people who answer)", "dim")
         question = questions.pending(key)
         answer = questions.provide(key, question.id, text, by="maintainer") if question is not None else None
         n.check(answer is not None and answer.text == text, f"answer recorded for {key}, by maintainer")

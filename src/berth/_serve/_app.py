@@ -222,10 +222,15 @@ def create_app(
             return PlainTextResponse("log in again", status_code=401)
         person, known = who
         context = await page_context(request, person, csrf_for(request, known))
-        html = env.get_template("_live.html").render(**context)
-        etag = '"' + hashlib.sha256(html.encode()).hexdigest()[:32] + '"'
+        # what the fragment shows, not its text: relative times change every second and are the script's job
+        page = context["page"]
+        shown = [(c.item.identity, c.item.key, c.item.token, views.version(c)) for c in page.cards]
+        counts = [(i, page.snapshot.counts[i].questions) for i in inbox.identities]
+        fingerprint = repr((person, context["csrf"], page.total, page.offset, page.limit, shown, counts))
+        etag = '"' + hashlib.sha256(fingerprint.encode()).hexdigest()[:32] + '"'
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers={"etag": etag, "cache-control": "no-cache"})
+        html = env.get_template("_live.html").render(**context)
         return HTMLResponse(html, headers={"etag": etag, "cache-control": "no-cache"})
 
     async def answer_form(request: Request) -> Response:

@@ -1,0 +1,95 @@
+"""The inbox's data side without HTTP: pages open only what they show, snapshots are shared, counts are right."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import berth
+from berth._serve import Inbox, Source
+from berth._serve._inbox import Refused
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=1)
+        return self.now
+
+
+@pytest.fixture
+def source() -> Iterator[Source]:
+    backend_url = "memory://"
+    store = berth.open_store(backend_url, identity="ops")
+    questions = berth.QuestionStore(store.backend, identity="ops", clock=Clock())
+    yield Source("ops", store, questions)
+    store.close()
+
+
+def park(source: Source, n: int, *, expired: bool = False) -> None:
+    deadline = T0 - timedelta(days=1) if expired else datetime.now(timezone.utc) + timedelta(days=1)
+    key = f"k{n:04d}"
+    source.store.save(
+        key,
+        berth.Envelope(
+            provider="p", provider_state={}, run_id=f"r{n}", deadline=deadline, labels={"parity": str(n % 2)}
+        ),
+    )
+    source.questions.ask(key, f"question {n}", run_id=f"r{n}", deadline=deadline)
+
+
+def test_a_page_opens_only_the_questions_it_shows(source: Source, monkeypatch: pytest.MonkeyPatch) -> None:
+    for n in range(300):
+        park(source, n)
+    opened: list[str] = []
+    real = source.questions.record
+    monkeypatch.setattr(source.questions, "record", lambda key: opened.append(key) or real(key))
+    inbox = Inbox([source], max_age=60)
+    page = inbox.page(offset=50, limit=25)
+    assert page.total == 300 and len(page.cards) == 25 and len(opened) == 25
+    assert [c.question.prompt for c in page.cards] == [f"question {n}" for n in range(249, 224, -1)]  # newest first
+    assert page.next_offset == 75 and page.prev_offset == 25
+    odd = inbox.page(labels=[("parity", "1")], prefix="k01", limit=100)
+    assert odd.total == 50 and all(int(c.question.key[1:]) % 2 == 1 for c in odd.cards)
+
+
+def test_the_snapshot_is_shared_until_it_ages_and_an_answer_refreshes_it(source: Source) -> None:
+    park(source, 1)
+    inbox = Inbox([source], max_age=60)
+    first = inbox.snapshot()
+    park(source, 2)
+    assert inbox.snapshot() is first  # shared: one listing serves every request for a while
+    card = inbox.page().cards[0]
+    done = inbox.answer("ops", card.question.key, card.question.id, "yes", by="alice", via="page")
+    assert done.answer.by == "alice" and inbox.answers_given == {("ops", "page"): 1}
+    assert len(inbox.snapshot().items) == 2  # the answer invalidated it
+
+
+def test_counts_for_metrics(source: Source) -> None:
+    park(source, 1)
+    park(source, 2, expired=True)
+    source.store.save("no-question", berth.Envelope(provider="p", provider_state={}))
+    counts = Inbox([source]).snapshot().counts["ops"]
+    assert (counts.parked, counts.questions, counts.expired) == (3, 2, 1)
+    assert counts.oldest_asked is not None and counts.oldest_asked > T0
+
+
+def test_answers_are_bound_to_the_question_seen(source: Source) -> None:
+    park(source, 1)
+    inbox = Inbox([source], max_age=0)
+    old = inbox.page().cards[0].question
+    new = source.questions.ask(old.key, "changed?", run_id=old.run_id)
+    with pytest.raises(Refused) as superseded:
+        inbox.answer("ops", old.key, old.id, "yes", by="alice", via="api")
+    assert superseded.value.status == 409 and superseded.value.card is not None
+    assert superseded.value.card.question.prompt == "changed?"
+    with pytest.raises(Refused) as missing:
+        inbox.answer("ops", "k9999", new.id, "yes", by="alice", via="api")
+    assert missing.value.status == 404
+    assert source.questions.answer(old.key) is None
