@@ -31,3 +31,30 @@ def test_approval_agent_resumes_exactly_once_per_race() -> None:
     assert out.count("--- round ") == rounds
     assert f"summary: {rounds} round(s), RESUMEs per race [1, 1]: exactly one each" in out
     assert "Warning" not in done.stderr, done.stderr  # sealed: no plaintext warning
+
+
+def run_example(name: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Warning" not in done.stderr, done.stderr  # sealed: no plaintext warning
+    return done.stdout
+
+
+def test_openai_agents_approval_resumes_once_and_runs_the_tool_once() -> None:
+    out = run_example("openai_agents_approval.py")
+    assert "agent:  stopped for 1 approval(s): delete_repo" in out
+    assert "ops/ticket-7/call-1" in out and "as alice" in out
+    assert (
+        len(re.findall(r"^waker:  waker-\d: RESUME: Done\. The tool said: deleted acme/payroll-archive$", out, re.M))
+        == 1
+    )
+    assert "summary: 1 RESUME of 4 wakers; the tool ran 1 time(s)" in out
+
+
+def test_pydantic_ai_approval_rejected_never_runs_the_tool() -> None:
+    out = run_example("pydantic_ai_approval.py", "--answer", "reject: it holds payroll records")
+    assert "agent:  waits on 1 approval(s) and 1 external result(s)" in out
+    assert "ops/ticket-7/call-1" in out and "ops/ticket-7/call-2" in out
+    assert len(re.findall(r"^waker:  waker-\d: RESUME: ", out, re.M)) == 1
+    assert "it holds payroll records" in out and "ticket_status: ticket 7 was closed by bob" in out
+    assert "summary: 1 RESUME of 4 wakers; the tool ran 0 time(s)" in out

@@ -88,3 +88,22 @@ def test_import_berth_pulls_in_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_berth_questions_shows_each_call_with_the_runs_deadline(site: Site, tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from berth._cli import cli
+
+    envelope = park(site, "a", "b")
+    assert isinstance(site.sealer, berth.AesGcmSealer)
+    site.sealer.keyring.save(tmp_path / "keys.json")
+    env = {"BERTH_URL": site.url, "BERTH_IDENTITY": "ops-bot", "BERTH_KEYRING": str(tmp_path / "keys.json")}
+    result = CliRunner().invoke(cli, ["questions", "--json"], env=env, prog_name="berth")
+    assert result.exit_code == 0, result.output
+    docs = json.loads(result.output)
+    assert [d["key"] for d in docs] == [call_key(KEY, 1), call_key(KEY, 2)]
+    assert envelope.deadline is not None
+    assert {d["deadline"] for d in docs} == {envelope.deadline.isoformat().replace("+00:00", "Z")}

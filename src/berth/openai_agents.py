@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 if TYPE_CHECKING:
     from agents import RunResult
 
-__all__ = ["PROVIDER", "Outcome", "config_digest", "model_name", "park", "wake"]
+__all__ = ["PROVIDER", "Outcome", "config_digest", "model_name", "park", "parse_approval", "wake"]
 
 PROVIDER = "openai-agents"
 """The envelope's `provider` for runs parked by this module."""

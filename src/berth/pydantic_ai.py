@@ -40,7 +40,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("berth.pydantic_ai needs pydantic-ai: pip install 'berth[pydantic-ai]'") from exc
 
-__all__ = ["PROVIDER", "Outcome", "config_digest", "model_name", "park", "wake"]
+__all__ = ["PROVIDER", "Outcome", "config_digest", "model_name", "park", "parse_approval", "wake"]
 
 PROVIDER = "pydantic-ai"
 """The envelope's `provider` for runs parked by this module."""

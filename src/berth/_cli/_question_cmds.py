@@ -28,6 +28,8 @@ def questions_cmd(settings: Settings, prefix: str, out: str | None) -> None:
     store = settings.open(keys=False)
     deadlines = {item.key: item.deadline for item in store.list(prefix)}
     qs = settings.questions()
+    for head in qs.headers(prefix):  # a question under a key of its own (one per tool call) keeps the run's deadline
+        deadlines.setdefault(head.key, head.deadline)
     at = now()
     rows: list[dict[str, Any]] = []
     for q, a in qs.list(prefix):
