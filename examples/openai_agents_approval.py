@@ -22,19 +22,13 @@ The script exits 1 unless exactly one waker resumed and the tool ran as answered
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
-import subprocess
-import sys
-import tempfile
-import threading
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OPENAI_API_KEY", "sk-example-not-a-real-key")  # nothing reaches a provider
 os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
 
+from _harness import KEY, berth_cli, open_site, race, run, verdict  # noqa: E402
 from agents import Agent, Runner, function_tool, set_tracing_disabled  # noqa: E402
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call  # noqa: E402
 
@@ -43,7 +37,6 @@ import berth.openai_agents  # noqa: E402
 
 set_tracing_disabled(True)
 
-IDENTITY, KEY, WAKERS = "ops-bot", "ops/ticket-7", 4
 deleted: list[str] = []  # what the tool did, in this process
 
 
@@ -68,22 +61,6 @@ def build_agent() -> Agent[Any]:
     return Agent(name="ops", instructions="You keep the org's repositories tidy.", tools=[delete_repo], model=model)
 
 
-def open_site(url: str, keyring: str) -> tuple[berth.Store, berth.QuestionStore]:
-    sealer = berth.AesGcmSealer(berth.Keyring.load(keyring))
-    return berth.open_store(url, identity=IDENTITY, sealer=sealer), berth.open_questions(
-        url, identity=IDENTITY, sealer=sealer
-    )
-
-
-def berth_cli(*args: str) -> str:
-    exe = Path(sys.executable).with_name("berth")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from berth._cli import main; main()"]
-    done = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        sys.exit(f"berth {' '.join(args)} failed: {done.stderr.strip()}")
-    return done.stdout.strip()
-
-
 async def main(url: str, keyring: str, answer: str) -> int:
     # 1. The agent runs until the tool call that needs approval, and parks.
     agent = build_agent()
@@ -94,42 +71,18 @@ async def main(url: str, keyring: str, answer: str) -> int:
     print(f"agent:  parked run {envelope.run_id} under {KEY!r} until {envelope.deadline:%Y-%m-%d %H:%M} UTC")
 
     # 2. A human answers from the command line, in another process.
-    os.environ.update(BERTH_URL=url, BERTH_IDENTITY=IDENTITY, BERTH_KEYRING=keyring)
     for line in berth_cli("questions").splitlines():
         print(f"human:  {line}")
     print("human:  " + berth_cli("answer", f"{KEY}/call-1", answer, "--by", "alice"))
 
     # 3. Four wakers race; exactly one resumes the run.
-    outcomes: dict[str, berth.openai_agents.Outcome] = {}
-    barrier = threading.Barrier(WAKERS)
+    async def wake(store: berth.Store, questions: berth.QuestionStore) -> berth.openai_agents.Outcome:
+        return await berth.openai_agents.wake(store, questions, KEY, build_agent())
 
-    def waker(name: str) -> None:
-        handles = open_site(url, keyring)  # its own handles, as another replica's
-        barrier.wait()
-        outcomes[name] = asyncio.run(berth.openai_agents.wake(*handles, KEY, build_agent()))
-
-    threads = [threading.Thread(target=waker, args=(f"waker-{i}",)) for i in range(1, WAKERS + 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for name, outcome in sorted(outcomes.items()):
-        said = f": {outcome.result.final_output}" if outcome.result is not None else f" ({outcome.wake.reason})"
-        print(f"waker:  {name}: {outcome.decision.name}{said}")
-
-    resumed = [o for o in outcomes.values() if o.decision is berth.WakeDecision.RESUME]
-    approved = berth.openai_agents.parse_approval(answer)[0]
-    expected = ["acme/payroll-archive"] if approved else []
-    print(f"summary: {len(resumed)} RESUME of {WAKERS} wakers; the tool ran {len(deleted)} time(s)")
-    return 0 if len(resumed) == 1 and deleted == expected else 1
+    outcomes = race(url, keyring, wake)
+    expected = ["acme/payroll-archive"] if berth.openai_agents.parse_approval(answer)[0] else []
+    return verdict(outcomes, lambda result: result.final_output, deleted, expected)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", help="berth store URL (default: SQLite in a temporary directory)")
-    parser.add_argument("--answer", default="approve", help="what the human answers (default: approve)")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        ring = os.path.join(tmp, "keys.json")
-        berth.Keyring.generate().save(ring)
-        sys.exit(asyncio.run(main(args.url or f"sqlite:///{tmp}/berth.db", ring, args.answer)))
+    run(__doc__, main)

@@ -24,15 +24,7 @@ The script exits 1 unless exactly one waker resumed and the tool ran as answered
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import os
-import subprocess
-import sys
-import tempfile
-import threading
-from pathlib import Path
-
+from _harness import KEY, berth_cli, open_site, race, run, verdict
 from pydantic_ai import Agent, CallDeferred, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -40,7 +32,6 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 import berth
 import berth.pydantic_ai
 
-IDENTITY, KEY, WAKERS = "ops-bot", "ops/ticket-7", 4
 deleted: list[str] = []  # what the tool did, in this process
 
 
@@ -79,22 +70,6 @@ def build_agent() -> Agent[None, str | DeferredToolRequests]:
     return agent
 
 
-def open_site(url: str, keyring: str) -> tuple[berth.Store, berth.QuestionStore]:
-    sealer = berth.AesGcmSealer(berth.Keyring.load(keyring))
-    return berth.open_store(url, identity=IDENTITY, sealer=sealer), berth.open_questions(
-        url, identity=IDENTITY, sealer=sealer
-    )
-
-
-def berth_cli(*args: str) -> str:
-    exe = Path(sys.executable).with_name("berth")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from berth._cli import main; main()"]
-    done = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        sys.exit(f"berth {' '.join(args)} failed: {done.stderr.strip()}")
-    return done.stdout.strip()
-
-
 async def main(url: str, keyring: str, answer: str) -> int:
     # 1. The agent runs until its deferred tool calls, and parks.
     agent = build_agent()
@@ -107,43 +82,19 @@ async def main(url: str, keyring: str, answer: str) -> int:
     print(f"agent:  parked run {envelope.run_id} under {KEY!r} until {envelope.deadline:%Y-%m-%d %H:%M} UTC")
 
     # 2. Humans answer from the command line, in other processes: one answer per question.
-    os.environ.update(BERTH_URL=url, BERTH_IDENTITY=IDENTITY, BERTH_KEYRING=keyring)
     for line in berth_cli("questions").splitlines():
         print(f"human:  {line}")
     print("human:  " + berth_cli("answer", f"{KEY}/call-1", answer, "--by", "alice"))
     print("human:  " + berth_cli("answer", f"{KEY}/call-2", "ticket 7 was closed by bob", "--by", "bob"))
 
     # 3. Four wakers race; exactly one resumes the run.
-    outcomes: dict[str, berth.pydantic_ai.Outcome] = {}
-    barrier = threading.Barrier(WAKERS)
+    async def wake(store: berth.Store, questions: berth.QuestionStore) -> berth.pydantic_ai.Outcome:
+        return await berth.pydantic_ai.wake(store, questions, KEY, build_agent())
 
-    def waker(name: str) -> None:
-        handles = open_site(url, keyring)  # its own handles, as another replica's
-        barrier.wait()
-        outcomes[name] = asyncio.run(berth.pydantic_ai.wake(*handles, KEY, build_agent()))
-
-    threads = [threading.Thread(target=waker, args=(f"waker-{i}",)) for i in range(1, WAKERS + 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for name, outcome in sorted(outcomes.items()):
-        said = f": {outcome.result.output}" if outcome.result is not None else f" ({outcome.wake.reason})"
-        print(f"waker:  {name}: {outcome.decision.name}{said}")
-
-    resumed = [o for o in outcomes.values() if o.decision is berth.WakeDecision.RESUME]
-    approved = berth.pydantic_ai.parse_approval(answer)[0]
-    expected = ["acme/payroll-archive"] if approved else []
-    print(f"summary: {len(resumed)} RESUME of {WAKERS} wakers; the tool ran {len(deleted)} time(s)")
-    return 0 if len(resumed) == 1 and deleted == expected else 1
+    outcomes = race(url, keyring, wake)
+    expected = ["acme/payroll-archive"] if berth.pydantic_ai.parse_approval(answer)[0] else []
+    return verdict(outcomes, lambda result: result.output, deleted, expected)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", help="berth store URL (default: SQLite in a temporary directory)")
-    parser.add_argument("--answer", default="approve", help="what the human answers to the approval")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        ring = os.path.join(tmp, "keys.json")
-        berth.Keyring.generate().save(ring)
-        sys.exit(asyncio.run(main(args.url or f"sqlite:///{tmp}/berth.db", ring, args.answer)))
+    run(__doc__, main)
