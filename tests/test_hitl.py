@@ -75,9 +75,14 @@ def test_an_answer_to_a_superseded_sub_question_is_refused(site: Site) -> None:
         questions.provide(call_key(KEY, 1), old.id, "approve")
 
 
-def test_a_park_with_no_calls_is_refused_before_any_io(site: Site) -> None:
+def test_a_park_berth_would_refuse_fails_before_any_io(site: Site) -> None:
     with pytest.raises(berth.InvalidEnvelope, match="no tool call"):
         parking(site).envelope(KEY, provider_state={}, calls=[])
+    calls = [Pending("id", "tool", "{}", "approval")]
+    with pytest.raises(berth.InvalidKey):
+        parking(site).envelope("k" * 1020, provider_state={}, calls=calls)  # fits, but its questions' keys do not
+    with pytest.raises(berth.InvalidKey):
+        parking(site).envelope("../x", provider_state={}, calls=calls)
     assert site.frames() == {}
 
 

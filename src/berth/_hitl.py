@@ -29,6 +29,7 @@ from berth._answers import frame_answer
 from berth._coordinator import Coordinator, Wake, WakeDecision
 from berth._envelope import Envelope, check_resumable
 from berth._errors import BerthError, InvalidEnvelope, where
+from berth._keys import validate_key
 from berth._questions import Answer, Question, QuestionStore
 from berth._store import Store
 
@@ -231,6 +232,8 @@ class Parking:
             )
         from berth._envelope import PendingCall
 
+        validate_key(key, self.store.identity)
+        validate_key(call_key(key, len(calls)), self.store.identity)  # the questions' keys, before any I/O
         return Envelope(
             provider=self.provider,
             model=self.model,
