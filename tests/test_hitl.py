@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import berth
+from berth._cli import cli
 from berth._hitl import Parking, Pending, call_key, parse_approval
-from tests._frameworks import KEY, Site, make_site
+from tests._frameworks import IDENTITY, KEY, Site, make_site
 
 
 @pytest.mark.parametrize(
@@ -95,20 +98,27 @@ def test_import_berth_pulls_in_no_framework() -> None:
     assert out.strip() == "[]"
 
 
-def test_berth_questions_shows_each_call_with_the_runs_deadline(site: Site, tmp_path: Path) -> None:
-    import json
-
-    from click.testing import CliRunner
-
-    from berth._cli import cli
-
-    envelope = park(site, "a", "b")
+def cli_env(site: Site, tmp_path: Path) -> dict[str, str]:
+    """The environment that points the `berth` command line at the site."""
     assert isinstance(site.sealer, berth.AesGcmSealer)
     site.sealer.keyring.save(tmp_path / "keys.json")
-    env = {"BERTH_URL": site.url, "BERTH_IDENTITY": "ops-bot", "BERTH_KEYRING": str(tmp_path / "keys.json")}
+    return {"BERTH_URL": site.url, "BERTH_IDENTITY": IDENTITY, "BERTH_KEYRING": str(tmp_path / "keys.json")}
+
+
+def test_berth_questions_shows_each_call_with_the_runs_deadline(site: Site, tmp_path: Path) -> None:
+    envelope = park(site, "a", "b")
+    env = cli_env(site, tmp_path)
     result = CliRunner().invoke(cli, ["questions", "--json"], env=env, prog_name="berth")
     assert result.exit_code == 0, result.output
     docs = json.loads(result.output)
     assert [d["key"] for d in docs] == [call_key(KEY, 1), call_key(KEY, 2)]
     assert envelope.deadline is not None
     assert {d["deadline"] for d in docs} == {envelope.deadline.isoformat().replace("+00:00", "Z")}
+
+
+def test_berth_answer_at_the_runs_own_key_names_the_per_call_questions(site: Site, tmp_path: Path) -> None:
+    park(site, "a", "b")
+    env = cli_env(site, tmp_path)
+    result = CliRunner().invoke(cli, ["answer", KEY, "approve"], env=env, prog_name="berth")
+    assert result.exit_code == 1
+    assert f"answer each of '{call_key(KEY, 1)}', '{call_key(KEY, 2)}'" in result.output

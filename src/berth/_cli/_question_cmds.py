@@ -105,6 +105,12 @@ def answer_cmd(
     qs = settings.questions()
     q = qs.pending(key)
     if q is None:
+        per_call = sorted(h.key for h in qs.headers(key + "/call-"))  # a framework run: one question per tool call
+        if per_call:
+            refuse(
+                f"no question is pending at {where(settings.who, key)}: its run waits on one question per "
+                f"tool call; answer each of {', '.join(repr(k) for k in per_call)}"
+            )
         refuse(f"no question is pending at {where(settings.who, key)}")
     who = by or user_name()
     answer = qs.provide(key, q.id, body, by=who)
