@@ -102,6 +102,13 @@ def logged_in(server: Server, token: str = ALICE) -> httpx.Client:
 def test_page_needs_a_login_and_the_login_form_needs_its_csrf_token(inbox: Server) -> None:
     r = httpx.get(inbox.url + "/")
     assert r.status_code == 303 and r.headers["location"] == "/login"
+    deep = httpx.get(inbox.url + "/?prefix=a%2Fb")
+    assert deep.headers["location"] == "/login?next=%2F%3Fprefix%3Da%252Fb"
+    with httpx.Client(base_url=inbox.url) as client:
+        form = client.get("/login", params={"next": "//evil.example/"})
+        assert 'name="next" value="/"' in form.text  # never a redirect off this site
+        done = client.post("/login", data={"token": ALICE, "csrf": csrf_of(form.text), "next": "https://evil.example"})
+        assert done.status_code == 303 and done.headers["location"] == "/"
     with httpx.Client(base_url=inbox.url) as client:
         client.get("/login")
         forged = client.post("/login", data={"token": ALICE, "csrf": "guessed"})

@@ -137,9 +137,10 @@ def create_app(
             return auth.local_person
         raise _Http(401, "authentication required: send Authorization: Bearer <BERTH_SERVE_TOKEN>")
 
-    def must_log_in() -> Response:
+    def must_log_in(request: Request) -> Response:
         if auth.login_form:
-            return RedirectResponse("/login", status_code=303)
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse("/login" + (f"?{urlencode({'next': target})}" if target != "/" else ""), 303)
         return _plain(401, "sign in through the proxy in front of this inbox")
 
     def secure(request: Request) -> bool:
@@ -206,7 +207,7 @@ def create_app(
     async def index(request: Request) -> Response:
         who = page_person(request)
         if who is None:
-            return must_log_in()
+            return must_log_in(request)
         person, known = who
         csrf = csrf_for(request, known)
         context = await page_context(request, person, csrf)
@@ -236,7 +237,7 @@ def create_app(
     async def answer_form(request: Request) -> Response:
         who = page_person(request)
         if who is None:
-            return must_log_in()
+            return must_log_in(request)
         person, known = who
         csrf = csrf_for(request, known)
         form = await form_checked(request, known or request.cookies.get(CSRF_COOKIE) or "")
@@ -288,7 +289,8 @@ def create_app(
         if not auth.login_form:
             return _plain(401, "sign in through the proxy in front of this inbox")
         csrf = request.cookies.get(CSRF_COOKIE) or new_csrf()
-        return with_csrf_cookie(request, render("login.html", csrf=csrf, error=None), csrf)
+        page = render("login.html", csrf=csrf, error=None, next=_local(request.query_params.get("next")))
+        return with_csrf_cookie(request, page, csrf)
 
     async def login(request: Request) -> Response:
         if not auth.login_form:
@@ -299,10 +301,12 @@ def create_app(
         if made is None:
             log.warning("berth serve: failed login from %s", request.client.host if request.client else "?")
             csrf = csrf or new_csrf()
-            refused = render("login.html", status=401, csrf=csrf, error="That token is not valid.")
+            refused = render(
+                "login.html", status=401, csrf=csrf, error="That token is not valid.", next=_local(form.get("next"))
+            )
             return with_csrf_cookie(request, refused, csrf)
         sid, _session = made
-        response = RedirectResponse("/", status_code=303)
+        response = RedirectResponse(_local(form.get("next")), status_code=303)
         response.set_cookie(
             SESSION_COOKIE, sid, httponly=True, samesite="strict", secure=secure(request), path="/", max_age=12 * 3600
         )
@@ -434,6 +438,14 @@ def create_app(
 
 def _plain(status: int, message: str) -> Response:
     return PlainTextResponse(message + "\n", status_code=status, headers={"cache-control": "no-store"})
+
+
+def _local(target: object) -> str:
+    """`target` if it is a path on this site (never another origin: no open redirect), else `/`."""
+    if isinstance(target, str) and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        if all(c.isprintable() for c in target):
+            return target
+    return "/"
 
 
 def _int(raw: str | None, default: int, low: int, high: int) -> int:
