@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
@@ -68,7 +69,22 @@ def test_the_snapshot_is_shared_until_it_ages_and_an_answer_refreshes_it(source:
     card = inbox.page().cards[0]
     done = inbox.answer("ops", card.question.key, card.question.id, "yes", by="alice", via="page")
     assert done.answer.by == "alice" and inbox.answers_given == {("ops", "page"): 1}
-    assert len(inbox.snapshot().items) == 2  # the answer invalidated it
+    assert inbox.page().cards[0].answer == done.answer  # cards are opened per request: the answer shows at once
+    # the answer marked the snapshot stale: the next request is served the old one and starts a fresh listing
+    deadline = time.monotonic() + 10
+    while len(inbox.snapshot().items) != 2:
+        assert time.monotonic() < deadline, "the background listing never finished"
+        time.sleep(0.01)
+
+
+def test_new_questions_get_their_runs_labels_between_full_listings(source: Source) -> None:
+    park(source, 1)
+    inbox = Inbox([source], max_age=0.001, runs_max_age=3600)
+    assert inbox.snapshot(fresh=True).counts["ops"].parked == 1
+    park(source, 2)
+    snap = inbox.snapshot(fresh=True)
+    assert [dict(i.labels) for i in snap.items] == [{"parity": "0"}, {"parity": "1"}]  # looked up by key
+    assert snap.counts["ops"].parked == 1  # the full listing of runs is not due yet
 
 
 def test_counts_for_metrics(source: Source) -> None:

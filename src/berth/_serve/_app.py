@@ -401,6 +401,10 @@ def create_app(
 
     # --- errors ----------------------------------------------------------------------------
 
+    async def store_error(request: Request, exc: Exception) -> Response:
+        log.error("berth serve: %s", exc)
+        return await http_error(request, _Http(503, "the store is not available right now; try again"))
+
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, _Http)
         if request.url.path.startswith("/api/") or request.url.path == "/metrics":
@@ -430,7 +434,10 @@ def create_app(
         Route("/metrics", metrics),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {_Http: http_error}
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        _Http: http_error,
+        berth.BackendError: store_error,
+    }
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
     app.add_middleware(_SecurityHeaders)
     return app

@@ -1,9 +1,11 @@
 """What the inbox shows and does, without HTTP: open questions from headers, one page opened, answers.
 
-A snapshot lists the cleartext headers of every question record and every
-parked envelope (no keys needed, bounded work per frame) and is shared by every
-request for a short while, so a page polled by many browsers costs one listing
-per refresh, not one per request. Only the questions on the page being shown are
+A snapshot lists the cleartext headers of every question record (no keys
+needed) and is shared by every request for a short while, so a page polled by
+many browsers costs one listing per refresh, not one per request; a stale one is
+served while a background thread lists afresh. The headers of every parked run
+(for counts, and the labels of the runs questions are about) are listed less
+often; runs asked about since are looked up one key at a time. Only the questions on the page being shown are
 opened (their prompts are sealed). Envelope state is never opened at all: the
 inbox holds the envelope store with a plaintext sealer, which can list headers
 and nothing else.
@@ -31,6 +33,7 @@ CHOICES_LABEL = "berth.choices"
 
 KNOWN_CHOICES = ("approve", "reject", "respond")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+_LOOKUPS = 200  # runs looked up one by one per refresh; more wait for the next full listing
 
 
 @dataclass
@@ -139,19 +142,42 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class Inbox:
-    """The inbox's data side over one or more identities; every method is blocking (run it in a thread)."""
+@dataclass
+class _Runs:
+    """One identity's parked runs from one full listing: counts, and labels and deadline per question key."""
 
-    def __init__(self, sources: Iterable[Source], *, max_age: float = 1.0):
+    parked: int
+    expired: int
+    runs: dict[str, tuple[Mapping[str, str], datetime | None, str]]  # key: labels, deadline, question token
+    taken: float
+    took: float
+
+
+class Inbox:
+    """The inbox's data side over one or more identities; every method is blocking (run it in a thread).
+
+    Args:
+        sources: one per identity.
+        max_age: seconds one listing of the question headers serves every request; a stale
+            snapshot is still served while a background thread lists afresh. 0: every request
+            lists synchronously (tests).
+        runs_max_age: seconds one listing of every parked run's header serves (for counts and the
+            labels of questions); questions asked since are looked up one key at a time.
+    """
+
+    def __init__(self, sources: Iterable[Source], *, max_age: float = 1.0, runs_max_age: float = 30.0):
         self.sources = {s.identity: s for s in sources}
         if not self.sources:
             raise ValueError("the inbox needs at least one identity")
         self.max_age = max_age
+        self.runs_max_age = runs_max_age
         self.answers_given: dict[tuple[str, str], int] = {}
         self._snapshot: Snapshot | None = None
+        self._runs: dict[str, _Runs] = {}
         self._taken = 0.0
-        self._lock = threading.Lock()
-        self._count_lock = threading.Lock()
+        self._refreshing = False
+        self._lock = threading.Lock()  # the current snapshot and counters: held for moments
+        self._refresh_lock = threading.Lock()  # one listing at a time: held for as long as it takes
 
     @property
     def identities(self) -> list[str]:
@@ -159,30 +185,55 @@ class Inbox:
         return list(self.sources)
 
     def close(self) -> None:
-        """Close every store."""
-        for s in self.sources.values():
-            s.questions.close()
-            s.store.close()
+        """Close every store (after a listing in progress ends)."""
+        with self._refresh_lock:
+            for s in self.sources.values():
+                s.questions.close()
+                s.store.close()
 
     # --- the snapshot ----------------------------------------------------------------------
 
     def snapshot(self, *, fresh: bool = False) -> Snapshot:
-        """The current snapshot, refreshed when older than `max_age` (or five times its own cost; 0: always)."""
+        """The current snapshot; one older than `max_age` (or five times its own cost) is refreshed in the background.
+
+        The first call, `fresh=True`, and `max_age=0` list synchronously.
+        """
         with self._lock:
             snap = self._snapshot
-            age = time.monotonic() - self._taken
-            if fresh or snap is None or self.max_age <= 0 or age > max(self.max_age, 5 * snap.took):
-                started = time.monotonic()
-                snap = self._take()
-                self._taken = time.monotonic()
-                snap = Snapshot(snap.taken_at, snap.items, snap.counts, self._taken - started, snap.labels)
-                self._snapshot = snap
-            return snap
+            sync = fresh or snap is None or self.max_age <= 0
+            if snap is not None and not sync and not self._refreshing:
+                if time.monotonic() - self._taken > max(self.max_age, 5 * snap.took):
+                    self._refreshing = True
+                    threading.Thread(target=self._background, name="berth-inbox-refresh", daemon=True).start()
+        if sync or snap is None:
+            return self._refresh()
+        return snap
 
     def invalidate(self) -> None:
-        """Make the next request list afresh (after an answer, so the answerer sees it)."""
+        """Make the next request start a fresh listing."""
         with self._lock:
-            self._snapshot = None
+            self._taken = float("-inf")
+
+    def _refresh(self) -> Snapshot:
+        with self._refresh_lock:
+            started = time.monotonic()
+            snap = self._take()
+            done = time.monotonic()
+            snap = Snapshot(snap.taken_at, snap.items, snap.counts, done - started, snap.labels)
+            with self._lock:
+                self._snapshot, self._taken = snap, done
+            return snap
+
+    def _background(self) -> None:
+        try:
+            self._refresh()
+        except Exception as exc:  # keep serving the last snapshot; try again after max_age
+            logging.getLogger("berth.serve").warning("berth serve: listing failed, showing older data: %s", exc)
+            with self._lock:
+                self._taken = time.monotonic()
+        finally:
+            with self._lock:
+                self._refreshing = False
 
     def _take(self) -> Snapshot:
         now = _utcnow()
@@ -191,27 +242,53 @@ class Inbox:
         labels: set[tuple[str, str]] = set()
         for identity, source in self.sources.items():
             heads = {h.key: h for h in source.questions.headers()}
-            parked = expired = 0
-            run_labels: dict[str, Mapping[str, str]] = {}
-            run_deadlines: dict[str, datetime | None] = {}
-            for listing in source.store.list():
-                parked += 1
-                if listing.deadline is not None and now > listing.deadline:
-                    expired += 1
-                if listing.key in heads:
-                    run_labels[listing.key] = listing.labels
-                    run_deadlines[listing.key] = listing.deadline
+            runs = self._runs.get(identity)
+            if (
+                runs is None
+                or self.max_age <= 0
+                or time.monotonic() - runs.taken > max(self.runs_max_age, 5 * runs.took)
+            ):
+                runs = self._list_runs(source, heads, now)
+                self._runs[identity] = runs
+            else:
+                self._look_up_new(source, heads, runs)
             oldest: datetime | None = None
             for key, h in heads.items():
-                lab = run_labels.get(key, _EMPTY)
+                lab, run_deadline, _ = runs.runs.get(key, (_EMPTY, None, ""))
                 labels.update((k, v) for k, v in lab.items() if not k.startswith("berth."))
-                deadline = h.deadline if h.deadline is not None else run_deadlines.get(key)
+                deadline = h.deadline if h.deadline is not None else run_deadline
                 items.append(Item(identity, key, h.run_id, h.created_at, deadline, lab, str(h.token)))
                 if oldest is None or h.created_at < oldest:
                     oldest = h.created_at
-            counts[identity] = Counts(parked, len(heads), expired, oldest)
+            counts[identity] = Counts(runs.parked, len(heads), runs.expired, oldest)
         items.sort(key=lambda i: (i.asked_at, i.identity, i.key), reverse=True)
         return Snapshot(now, tuple(items), counts, 0.0, tuple(sorted(labels)))
+
+    @staticmethod
+    def _list_runs(source: Source, heads: Mapping[str, berth.Listing], now: datetime) -> _Runs:
+        started = time.monotonic()
+        parked = expired = 0
+        runs: dict[str, tuple[Mapping[str, str], datetime | None, str]] = {}
+        for listing in source.store.list():
+            parked += 1
+            if listing.deadline is not None and now > listing.deadline:
+                expired += 1
+            head = heads.get(listing.key)
+            if head is not None:
+                runs[listing.key] = (listing.labels, listing.deadline, str(head.token))
+        for key, head in heads.items():
+            runs.setdefault(key, (_EMPTY, None, str(head.token)))
+        done = time.monotonic()
+        return _Runs(parked, expired, runs, done, done - started)
+
+    @staticmethod
+    def _look_up_new(source: Source, heads: Mapping[str, berth.Listing], runs: _Runs) -> None:
+        """The run of each question asked since the last full listing, one key at a time (a bounded number)."""
+        changed = [k for k, h in heads.items() if runs.runs.get(k, (None, None, ""))[2] != str(h.token)]
+        for key in changed[:_LOOKUPS]:
+            listing = next((x for x in source.store.list(key) if x.key == key), None)
+            found = (listing.labels, listing.deadline) if listing is not None else (_EMPTY, None)
+            runs.runs[key] = (*found, str(heads[key].token))
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -312,7 +389,7 @@ class Inbox:
             len(text),
         )
         counter = (identity, via)
-        with self._count_lock:
+        with self._lock:
             self.answers_given[counter] = self.answers_given.get(counter, 0) + 1
         self.invalidate()
         return Answered(answer, Card(card.item, card.question, answer))
