@@ -109,3 +109,18 @@ def test_answers_are_bound_to_the_question_seen(source: Source) -> None:
         inbox.answer("ops", "k9999", new.id, "yes", by="alice", via="api")
     assert missing.value.status == 404
     assert source.questions.answer(old.key) is None
+
+
+@pytest.mark.parametrize("full_listing", [True, False], ids=["full-listing", "by-key"])
+def test_a_per_call_question_shows_its_runs_labels(source: Source, full_listing: bool) -> None:
+    park(source, 1)
+    inbox = Inbox([source], max_age=0 if full_listing else 0.001, runs_max_age=3600)
+    inbox.snapshot(fresh=True)
+    labels = {"berth.choices": "approve,reject", "team": "ops"}
+    source.store.save("tickets/7", berth.Envelope(provider="p", provider_state={}, labels=labels))
+    source.questions.ask("tickets/7/call-1", "Run refund(42)?", run_id="r7")
+    inbox.snapshot(fresh=True)  # with the runs' listing cached when by key
+    card = next(c for c in inbox.page().cards if c.question.key == "tickets/7/call-1")
+    assert card.choices == ("approve", "reject") and card.shown_labels == [("team", "ops")]
+    looked_up = inbox.lookup("ops", "tickets/7/call-1")
+    assert looked_up is not None and looked_up.choices == ("approve", "reject")

@@ -138,6 +138,24 @@ class Answered:
     card: Card
 
 
+def _parent(key: str) -> str:
+    return key.rpartition("/")[0]
+
+
+def _run_of(store: berth.Store, key: str) -> berth.Listing | None:
+    """The run a question under `key` is about: the one parked at `key`, else at its parent key.
+
+    Integrations that ask one question per pending tool call ask them under
+    `<key>/call-<i>`; those questions show the labels (and `berth.choices`) of the run at `<key>`.
+    """
+    for candidate in (key, _parent(key)):
+        if candidate:
+            run = next((x for x in store.list(candidate) if x.key == candidate), None)
+            if run is not None:
+                return run
+    return None
+
+
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -268,16 +286,18 @@ class Inbox:
     def _list_runs(source: Source, heads: Mapping[str, berth.Listing], now: datetime) -> _Runs:
         started = time.monotonic()
         parked = expired = 0
-        runs: dict[str, tuple[Mapping[str, str], datetime | None, str]] = {}
+        wanted = set(heads) | {_parent(k) for k in heads}
+        found: dict[str, tuple[Mapping[str, str], datetime | None]] = {}
         for listing in source.store.list():
             parked += 1
             if listing.deadline is not None and now > listing.deadline:
                 expired += 1
-            head = heads.get(listing.key)
-            if head is not None:
-                runs[listing.key] = (listing.labels, listing.deadline, str(head.token))
-        for key, head in heads.items():
-            runs.setdefault(key, (_EMPTY, None, str(head.token)))
+            if listing.key in wanted:
+                found[listing.key] = (listing.labels, listing.deadline)
+        runs = {
+            key: (*(found.get(key) or found.get(_parent(key)) or (_EMPTY, None)), str(head.token))
+            for key, head in heads.items()
+        }
         done = time.monotonic()
         return _Runs(parked, expired, runs, done, done - started)
 
@@ -286,8 +306,8 @@ class Inbox:
         """The run of each question asked since the last full listing, one key at a time (a bounded number)."""
         changed = [k for k, h in heads.items() if runs.runs.get(k, (None, None, ""))[2] != str(h.token)]
         for key in changed[:_LOOKUPS]:
-            listing = next((x for x in source.store.list(key) if x.key == key), None)
-            found = (listing.labels, listing.deadline) if listing is not None else (_EMPTY, None)
+            run = _run_of(source.store, key)
+            found = (run.labels, run.deadline) if run is not None else (_EMPTY, None)
             runs.runs[key] = (*found, str(heads[key].token))
 
     # --- reading ---------------------------------------------------------------------------
@@ -333,7 +353,7 @@ class Inbox:
         if found is None:
             return None
         question, answer = found
-        listing = next((x for x in source.store.list(key) if x.key == key), None)
+        listing = _run_of(source.store, key)
         item = Item(
             identity,
             key,
