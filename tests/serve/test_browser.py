@@ -148,6 +148,7 @@ def test_a_superseded_question_refuses_the_answer_and_shows_the_new_prompt(
     notice = page.locator("#notice.error")
     notice.wait_for()
     assert "changed before your answer arrived" in notice.inner_text()
+    assert page.evaluate("document.activeElement.id") == "notice"  # focus lands on what changed
     assert page.locator("#notice-prompt").inner_text() == "Deploy v2 to production instead?"
     assert inbox.questions[IDENTITY].answer(key) is None
     assert inbox.questions[IDENTITY].pending(key) == new

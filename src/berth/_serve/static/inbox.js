@@ -151,8 +151,12 @@
   });
 
   window.berthInbox = { pause: function () { paused = true; }, resume: function () { paused = false; poll(); } };
+  // A refusal is where the eye and the keyboard should land: it says what changed.
   var notice = document.getElementById("notice");
-  if (notice && notice.classList.contains("error")) notice.focus && notice.setAttribute("tabindex", "-1");
+  if (notice && notice.classList.contains("error")) {
+    notice.setAttribute("tabindex", "-1");
+    notice.focus();
+  }
   tick();
   setInterval(tick, 1000);
   schedule();
