@@ -1,4 +1,8 @@
-"""The tree stays clean: ruff (lint and format) on everything, mypy strict on src/."""
+"""The tree stays clean: ruff (lint and format) on everything, mypy strict on src/.
+
+.pre-commit-config.yaml runs the same commands (checked here), so what passes before a commit
+passes CI.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,18 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml  # PyYAML comes with mkdocs (the docs extra, part of the test extra)
 
 from tests.conftest import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 TREES = ["src", "tests", "examples", "benchmarks", "scripts"]
+# pre-commit hook id -> the command CI runs (tool name, then its arguments)
+COMMANDS = {
+    "ruff-check": ["ruff", "check", *TREES],
+    "ruff-format": ["ruff", "format", "--check", *TREES],
+    "mypy": ["mypy"],
+}
 
 
 def _tool(name: str) -> str:
@@ -24,13 +35,24 @@ def _tool(name: str) -> str:
     return found
 
 
-@pytest.mark.parametrize("args", [["check"], ["format", "--check"]], ids=["ruff-check", "ruff-format"])
-def test_ruff(args: list[str]) -> None:
-    trees = [t for t in TREES if (ROOT / t).exists()]
-    result = subprocess.run([_tool("ruff"), *args, *trees], cwd=ROOT, capture_output=True, text=True)
+@pytest.mark.parametrize("hook", ["ruff-check", "ruff-format"])
+def test_ruff(hook: str) -> None:
+    tool, *args = COMMANDS[hook]
+    result = subprocess.run([_tool(tool), *args], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
 
 def test_mypy_strict_on_src() -> None:
     result = subprocess.run([_tool("mypy")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+def test_pre_commit_runs_what_ci_runs() -> None:
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    hooks = {hook["id"]: hook for repo in config["repos"] for hook in repo["hooks"]}
+    assert set(hooks) == set(COMMANDS)
+    for hook_id, (tool, *args) in COMMANDS.items():
+        hook = hooks[hook_id]
+        # the binaries `./dev test` pinned in .venv, on the whole trees, like CI (not just staged files)
+        assert hook["entry"].split() == [f".venv/bin/{tool}", *args], hook_id
+        assert hook["language"] == "system" and hook["pass_filenames"] is False, hook_id

@@ -1,0 +1,58 @@
+"""The documentation site builds in strict mode, every public name has an API reference entry,
+and the project files a newcomer looks for exist and are linked from the README."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import berth
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "docs" / "reference"
+PROJECT_FILES = ["LICENSE", "CHANGELOG.md", "CONTRIBUTING.md", "SECURITY.md"]
+
+
+def _referenced() -> set[str]:
+    return {
+        name for page in REFERENCE.glob("*.md") for name in re.findall(r"^::: (berth[\w.]*)$", page.read_text(), re.M)
+    }
+
+
+def test_every_public_name_has_a_reference_entry() -> None:
+    missing = sorted(f"berth.{name}" for name in berth.__all__ if f"berth.{name}" not in _referenced())
+    assert not missing, f"add `::: NAME` under the right heading of a page in docs/reference/ for: {missing}"
+
+
+def test_readme_links_the_project_files() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name in PROJECT_FILES:
+        assert (ROOT / name).is_file(), name
+        assert f"]({name})" in readme, f"README.md does not link {name}"
+    assert "Apache License" in (ROOT / "LICENSE").read_text() and "Version 2.0" in (ROOT / "LICENSE").read_text()
+    assert re.search(r"^## Unreleased$", (ROOT / "CHANGELOG.md").read_text(), re.M), "CHANGELOG.md: no Unreleased"
+
+
+@pytest.mark.docs
+def test_site_builds_in_strict_mode(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    # the reference is rendered from the docstrings, not left as `:::` lines
+    store = (site / "reference" / "store" / "index.html").read_text()
+    assert 'id="berth.Store.claim"' in store and ":::" not in store
+    assert "Apache License" in (site / "license" / "index.html").read_text()
+    assert "Unreleased" in (site / "changelog" / "index.html").read_text()
