@@ -3,9 +3,9 @@
 The rest of the suite runs against the editable install in .venv, where a file missing from the
 wheel (a template, a vector, py.typed) or an extra missing a dependency would pass unnoticed.
 Here the sdist is built, the wheel is built from the sdist (as `python -m build` does), both are
-checked with twine, and the wheel -- not the source tree -- is installed into fresh virtual
-environments: one with no extra, one per extra and one with all of them. Each runs `berth demo`
-or a smoke test of every entry point, and checks that every package file arrived.
+checked with twine, and the wheel -- not the source tree -- is installed (by uv) into fresh virtual
+environments: one with no extra, one per extra and one with all of them. Each runs a smoke test of
+every entry point and checks that every package file arrived; the one without extras runs `berth demo`.
 """
 
 from __future__ import annotations
@@ -42,9 +42,8 @@ EXTRA_PROVIDES = {
 }
 DEV_EXTRAS = {"all", "test", "docs", "bench"}  # not for users at run time
 CLIENTS = ["boto3", "botocore", "psycopg", "redis", "google.cloud.storage", "google.cloud.kms_v1"]
-# one environment per extra, plus none and all; `berth demo` runs in the first and the last
+# one environment per extra, plus none and all; `berth demo` runs where users first meet it, without extras
 VARIANTS = ["", *EXTRA_PROVIDES, "all"]
-DEMO_VARIANTS = {"", "all"}
 
 # Runs inside each fresh environment: argv[1] is a JSON job; prints a JSON report.
 SMOKE = r"""
@@ -111,16 +110,21 @@ def _one(dist: Path, pattern: str) -> Path:
 
 @pytest.fixture(scope="module")
 def environments(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
-    """A fresh virtual environment per variant with the wheel installed, built two at a time."""
+    """A fresh virtual environment per variant with the wheel installed, built two at a time.
+
+    uv installs them: the same wheel metadata and resolution as pip, ~10x faster here (pip took
+    124 s for `[all]` and 32 s for the core on this 2-core machine, uv 19 s and 3 s), which is what
+    makes one environment per extra affordable in CI.
+    """
     wheel = _one(dist, "*.whl")
     base = tmp_path_factory.mktemp("venvs")
+    uv = Path(sys.executable).with_name("uv")
 
     def make(extra: str) -> Path:
         venv = base / (extra or "core")
         _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
         spec = f"{wheel}[{extra}]" if extra else str(wheel)
-        # this environment's pip installs into the new one: no pip inside it, nothing of ours either
-        _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet", spec])
+        _run([str(uv), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), spec])
         return venv
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -196,6 +200,6 @@ def test_installed_wheel(extra: str, environments: dict[str, Path], tmp_path: Pa
     for script in report["scripts"]:
         shown = _run([str(venv / "bin" / script), "--help"], cwd=tmp_path, env=env)
         assert "Usage:" in shown.stdout
-    if extra in DEMO_VARIANTS:
+    if extra == "":
         demo = _run([str(venv / "bin" / "berth"), "demo"], cwd=tmp_path, env=env, timeout=300)
         assert "exactly one" in demo.stdout, demo.stdout[-2000:]
