@@ -13,6 +13,7 @@ from __future__ import annotations
 import email.parser
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -39,9 +40,17 @@ EXTRA_PROVIDES = {
     "s3": ["berth.backends.s3"],
     "gcpkms": ["google.cloud.kms_v1"],  # GcpKms imports it when it first talks to the KMS
     "awskms": ["boto3"],  # likewise for AwsKms
+    "serve": ["berth._serve._app", "uvicorn", "python_multipart"],
+    "openai-agents": ["agents"],  # berth.openai_agents imports the SDK when it parks or resumes
+    "pydantic-ai": ["pydantic_ai"],
 }
+# the extras that `berth[all]` names
+ALL = re.fullmatch(r"berth\[([\w,-]+)\]", PYPROJECT["project"]["optional-dependencies"]["all"][0]).group(1).split(",")
 DEV_EXTRAS = {"all", "test", "docs", "bench"}  # not for users at run time
-CLIENTS = ["boto3", "botocore", "psycopg", "redis", "google.cloud.storage", "google.cloud.kms_v1"]
+CLIENTS = [
+    *("boto3", "botocore", "psycopg", "redis", "google.cloud.storage", "google.cloud.kms_v1"),
+    *("starlette", "uvicorn", "jinja2", "agents", "pydantic_ai"),
+]
 # one environment per extra, plus none and all; `berth demo` runs where users first meet it, without extras
 VARIANTS = ["", *EXTRA_PROVIDES, "all"]
 
@@ -175,7 +184,8 @@ def test_sdist_holds_what_builds_and_tests_the_wheel(dist: Path) -> None:
 @pytest.mark.parametrize("extra", VARIANTS, ids=[v or "no-extra" for v in VARIANTS])
 def test_installed_wheel(extra: str, environments: dict[str, Path], tmp_path: Path) -> None:
     venv = environments[extra]
-    serves = sorted({m for e in EXTRA_PROVIDES if extra in (e, "all") for m in EXTRA_PROVIDES[e]})
+    extras = ALL if extra == "all" else [extra] if extra else []
+    serves = sorted({module for e in extras for module in EXTRA_PROVIDES[e]})
     job = {
         "clients": CLIENTS,
         "package_files": _package_files(),

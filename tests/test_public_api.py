@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import re
+from pathlib import Path
 
 import berth
 
@@ -55,3 +57,10 @@ def test_store_methods_have_args_returns_raises() -> None:
     for method in ("save", "load", "delete", "claim"):
         doc = getattr(berth.Store, method).__doc__ or ""
         assert "Raises:" in doc, f"Store.{method} does not say what it raises"
+
+
+def test_every_public_name_has_an_api_reference_entry() -> None:
+    pages = (Path(__file__).resolve().parent.parent / "docs" / "reference").glob("*.md")
+    referenced = {name for page in pages for name in re.findall(r"^::: (berth[\w.]*)$", page.read_text(), re.M)}
+    missing = sorted(f"berth.{name}" for name in berth.__all__ if f"berth.{name}" not in referenced)
+    assert not missing, f"add `::: NAME` to the right page under docs/reference/ (the API reference) for: {missing}"

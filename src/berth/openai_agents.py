@@ -128,7 +128,8 @@ async def park(
     """Park a run interrupted for tool approvals under `key`, and ask one question per approval.
 
     Args:
-        store, questions: the identity's envelope store and question store.
+        store: the identity's envelope store.
+        questions: the identity's question store.
         key: the run's name within the identity; the questions are `<key>/call-<i>`.
         result: the interrupted `RunResult` (or its `RunState`).
         agent: the run's starting agent; its `config_digest` is parked with the run.
@@ -176,7 +177,8 @@ async def wake(
     anything else: fail closed); a rejected tool never runs, its reason goes to the model.
 
     Args:
-        store, questions: the identity's envelope store and question store.
+        store: the identity's envelope store.
+        questions: the identity's question store.
         key: the key the run was parked under.
         agent: the starting agent to resume with; a configuration other than the parked
             one's is drift: the run is dropped (FRESH, reason "drifted").

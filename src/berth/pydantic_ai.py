@@ -126,12 +126,16 @@ async def park(
     """Park a run whose output is `DeferredToolRequests` under `key`, asking one question per deferred call.
 
     Args:
-        store, questions: the identity's envelope store and question store.
+        store: the identity's envelope store.
+        questions: the identity's question store.
         key: the run's name within the identity; the questions are `<key>/call-<i>`
             (approvals first, then external calls, each in the run's order).
         result: the `AgentRunResult` whose `output` is a `DeferredToolRequests`.
         agent: the agent the run resumes with; its `config_digest` is parked with the run.
-        run_id, deadline, default_deadline, labels: as `berth.openai_agents.park`.
+        run_id: as in `berth.openai_agents.park`.
+        deadline: as in `berth.openai_agents.park`.
+        default_deadline: as in `berth.openai_agents.park`.
+        labels: as in `berth.openai_agents.park`.
 
     Returns:
         The envelope as parked.
@@ -176,7 +180,8 @@ async def wake(
     closed) with `ToolDenied(reason)`; an external call's answer text is its result.
 
     Args:
-        store, questions: the identity's envelope store and question store.
+        store: the identity's envelope store.
+        questions: the identity's question store.
         key: the key the run was parked under.
         agent: the agent to resume with; another configuration than the parked one's is
             drift: the run is dropped (FRESH, reason "drifted").
