@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -33,8 +34,15 @@ def test_approval_agent_resumes_exactly_once_per_race() -> None:
     assert "Warning" not in done.stderr, done.stderr  # sealed: no plaintext warning
 
 
+# A model provider the framework examples would reach if anything tried: a closed local port, a fake key.
+NO_PROVIDER = {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "sk-test-not-a-real-key"}
+
+
 def run_example(name: str, *args: str) -> str:
-    done = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=300)
+    env = {**os.environ, **NO_PROVIDER}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=300, env=env
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Warning" not in done.stderr, done.stderr  # sealed: no plaintext warning
     return done.stdout

@@ -132,19 +132,20 @@ class CallQuestions:
         return Question(parent, key, first.run_id, first.prompt, first.asked_at)
 
     def answer(self, key: str) -> Answer | None:
-        first = self.questions.pending(call_key(key, 1))
+        # One read per call: the question (naming the park and the count) with its answer.
+        first = self.questions.record(call_key(key, 1))
         if first is None:
             return None
-        parent, _, count = first.id.partition(".1.")
+        parent, _, count = first[0].id.partition(".1.")
         if not count.isdigit():
             return None
         n = int(count)
         answers: list[Answer] = []
         for i in range(1, n + 1):
-            a = self.questions.answer(call_key(key, i))
-            if a is None or a.question_id != f"{parent}.{i}.{n}":
+            record = first if i == 1 else self.questions.record(call_key(key, i))
+            if record is None or record[1] is None or record[0].id != f"{parent}.{i}.{n}":
                 return None
-            answers.append(a)
+            answers.append(record[1])
         by = ", ".join(dict.fromkeys(a.by for a in answers))
         text = json.dumps([a.text for a in answers])
         return Answer(parent, text, by, max(a.answered_at for a in answers))
