@@ -7,8 +7,12 @@ download with a Range, metadata get, delete, paged list) from a thread of the
 test process, on loopback, and reproduces what GCS does with them:
 
 - every write gets a fresh generation (one counter, never reused);
-- `ifGenerationMatch` is honoured on upload, download, get and delete (0 means
-  "does not exist"); a failed precondition is 412, a missing object 404;
+- `ifGenerationMatch` and `ifGenerationNotMatch` are honoured on upload,
+  download, get and delete as the JSON API reference states them (match 0:
+  "no live object"; not-match on a missing object fails); a failed
+  precondition is 412 (304 for a not-match on a read); reading or deleting a
+  missing object is 404 whatever its preconditions; any other precondition
+  parameter is refused (501), never ignored;
 - object names over 1024 bytes of UTF-8, or holding CR or LF, are 400;
 - listing is in name order, `maxResults` per page with a `nextPageToken`.
 
@@ -33,6 +37,7 @@ import google_crc32c
 __all__ = ["FakeGcs"]
 
 MAX_NAME_BYTES = 1024
+_PRECONDITIONS = {"ifGenerationMatch", "ifGenerationNotMatch"}
 
 
 @dataclass
@@ -142,21 +147,27 @@ class FakeGcs:
             raise _Error(400, "invalid", "The specified object name is not valid.")
 
     @staticmethod
-    def _precondition(current: _Object | None, query: dict[str, str]) -> None:
-        want = query.get("ifGenerationMatch")
-        if want is None:
-            return
+    def _precondition(current: _Object | None, query: dict[str, str], *, read: bool = False) -> None:
+        unknown = sorted(k for k in query if k.startswith("if") and k not in _PRECONDITIONS)
+        if unknown:
+            raise _Error(501, "notImplemented", f"the fake does not implement {', '.join(unknown)}")
         have = current.generation if current is not None else 0
-        if int(want) != have:
+        want = query.get("ifGenerationMatch")
+        if want is not None and int(want) != have:
+            raise _Error(412, "conditionNotMet", "At least one of the pre-conditions you specified did not hold.")
+        avoid = query.get("ifGenerationNotMatch")
+        if avoid is not None and (current is None or int(avoid) == have):
+            if read and current is not None:
+                raise _Error(304, "notModified", "The object's generation matches ifGenerationNotMatch.")
             raise _Error(412, "conditionNotMet", "At least one of the pre-conditions you specified did not hold.")
 
-    def _found(self, bucket: str, name: str, query: dict[str, str]) -> _Object:
+    def _found(self, bucket: str, name: str, query: dict[str, str], *, read: bool = False) -> _Object:
         current = self._bucket(bucket).get(name)
         if "generation" in query and current is not None and current.generation != int(query["generation"]):
             current = None
         if current is None:
             raise _Error(404, "notFound", f"No such object: {bucket}/{name}")
-        self._precondition(current, query)
+        self._precondition(current, query, read=read)
         return current
 
     def upload(self, bucket: str, query: dict[str, str], content_type: str, body: bytes) -> dict[str, Any]:
@@ -185,7 +196,7 @@ class FakeGcs:
 
     def get(self, bucket: str, name: str, query: dict[str, str]) -> _Object:
         with self._lock:
-            return self._found(bucket, name, query)
+            return self._found(bucket, name, query, read=True)
 
     def list(self, bucket: str, query: dict[str, str]) -> dict[str, Any]:
         prefix = query.get("prefix", "")
@@ -234,6 +245,9 @@ class FakeGcs:
                 try:
                     self._route(segs, query, body)
                 except _Error as exc:
+                    if exc.code == 304:  # Not Modified carries no body
+                        self._send(304, b"", [])
+                        return
                     error = {
                         "error": {
                             "code": exc.code,
