@@ -58,8 +58,15 @@ def test_unencodable_values_are_refused() -> None:
         berth.Envelope(provider_state=["\ud800"])
 
 
-def test_loop_state_none_and_json_null_are_kept_apart() -> None:
-    assert decode_envelope(encode_envelope(berth.Envelope(provider_state={}), NOW)).loop_state is None
+def test_loop_state_json_null_means_no_loop_state() -> None:
+    """None and JSON null are one value ("no loop state"), at construction and through a frame."""
+    for given in (None, b"null", b" null "):
+        env = berth.Envelope(provider_state={}, loop_state=given)
+        assert env.loop_state is None
+        assert decode_envelope(encode_envelope(env, NOW)).loop_state is None
+    for given in (b'"null"', b"0", b"[]", b"{}"):  # anything else is kept byte for byte
+        env = berth.Envelope(provider_state={}, loop_state=given)
+        assert decode_envelope(encode_envelope(env, NOW)).loop_state == given
 
 
 def test_envelope_is_immutable() -> None:

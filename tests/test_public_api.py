@@ -5,6 +5,9 @@ from __future__ import annotations
 import inspect
 import re
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import berth
 
@@ -53,10 +56,29 @@ def test_errors_form_the_documented_tree() -> None:
     assert issubclass(berth.AnswerRefused, berth.TokenMismatch)
 
 
-def test_store_methods_have_args_returns_raises() -> None:
-    for method in ("save", "load", "delete", "claim"):
-        doc = getattr(berth.Store, method).__doc__ or ""
-        assert "Raises:" in doc, f"Store.{method} does not say what it raises"
+DOCUMENTED_COORDINATOR = [berth.Coordinator.suspend, berth.Coordinator.wake]
+
+
+@pytest.mark.parametrize(
+    "method",
+    [berth.Store.save, berth.Store.load, berth.Store.delete, berth.Store.claim, *DOCUMENTED_COORDINATOR],
+    ids=lambda m: m.__qualname__,
+)
+def test_store_methods_have_args_returns_raises(method: Any) -> None:
+    """Args names every parameter, Returns is there unless the method returns None, Raises names berth errors."""
+    doc = inspect.getdoc(method) or ""
+    sections = dict(re.findall(r"^(Args|Returns|Raises):\n((?:(?:    .*)?\n?)+)", doc, re.M))
+    params = [p for p in inspect.signature(method).parameters if p != "self"]
+    assert "Args" in sections, f"{method.__qualname__} has no Args section"
+    for param in params:
+        assert re.search(rf"^    {param}:", sections["Args"], re.M), f"{method.__qualname__}: Args omits {param}"
+    if inspect.signature(method).return_annotation not in (None, "None"):
+        assert sections.get("Returns", "").strip(), f"{method.__qualname__} has no Returns section"
+    raised = re.findall(r"^    (\w+(?:, \w+)*):", sections.get("Raises", ""), re.M)
+    assert raised, f"{method.__qualname__} does not say what it raises"
+    for names in raised:
+        for name in names.split(", "):
+            assert issubclass(getattr(berth, name), berth.BerthError), f"{method.__qualname__} raises {name}?"
 
 
 def test_every_public_name_has_an_api_reference_entry() -> None:

@@ -258,6 +258,9 @@ class Coordinator:
           are set and the question is consumed (a failure to consume is logged, not
           raised: the delete is the commit point).
 
+        Args:
+            key: the suspension's name within this identity.
+
         Returns:
             `Wake(decision, envelope, answer)`, with `error` and `reason`.
 

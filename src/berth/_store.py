@@ -438,6 +438,10 @@ class Store:
     def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
         """Open the envelope parked under `key`, with the token that can claim it.
 
+        Args:
+            key: the suspension's name within this identity.
+            allow_expired: return an envelope past its deadline instead of raising (inspection tools only).
+
         Returns:
             `Parked(envelope, token)`, or None when nothing is parked.
 
@@ -479,6 +483,10 @@ class Store:
     def delete(self, key: str, token: Token) -> None:
         """Remove the envelope under `key` only if `token` is still its current generation.
 
+        Args:
+            key: the suspension's name within this identity.
+            token: the token a `load` returned.
+
         Raises:
             InvalidKey: the key breaks the key rules (before any I/O).
             TokenMismatch: the token is stale, zero, or nothing is parked.
@@ -499,10 +507,14 @@ class Store:
     def claim(self, key: str) -> Envelope | None:
         """Load and delete: exactly one caller across threads, processes and hosts gets the envelope.
 
+        Args:
+            key: the suspension's name within this identity.
+
         Returns:
             The envelope to the winner; None to every other caller and when nothing is parked.
 
         Raises:
+            InvalidKey: the key breaks the key rules (before any I/O).
             Expired: the envelope was past its deadline; it has been removed.
             IntegrityError, FormatError: the frame does not open; it is left in place.
             BackendError: the backend failed; if it failed during the delete the claim's

@@ -16,6 +16,7 @@ import pytest
 import berth
 from berth.testing import StoreContract, make_envelope
 from tests.conftest import require
+from tests.reliability._proxy import FaultProxy
 
 psycopg = require("psycopg", "PostgreSQL")
 from berth.backends.postgres import SCHEMA_VERSION, PostgresBackend  # noqa: E402
@@ -106,10 +107,17 @@ def test_a_newer_schema_is_refused(open_backend, postgres_dsn, fresh_schema) -> 
         open_backend().get("i/k")
 
 
-def test_bad_schema_or_table_names_are_refused_before_any_io() -> None:
+def test_bad_schema_or_table_names_are_refused_before_any_io(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_io(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a connection was attempted")
+
+    monkeypatch.setattr(psycopg, "connect", no_io)
     for options in ({"schema": 'x"; DROP TABLE y; --'}, {"table": "1abc"}, {"schema": ""}, {"table": "x" * 49}):
-        with pytest.raises(berth.BerthError):
+        with pytest.raises(berth.BerthError) as info:
             PostgresBackend("postgresql://nobody@127.0.0.1:1/none", **options)
+        assert not isinstance(info.value, berth.BackendError), "refused by a failed connection, not by the check"
+        ((what, value),) = options.items()
+        assert f"{what} {value!r} must be" in str(info.value)
 
 
 def test_url_options(postgres_dsn, fresh_schema) -> None:
@@ -192,11 +200,18 @@ def test_tokens_that_are_not_generations_mismatch_without_io(open_backend) -> No
     assert backend.get("i/k")[0] == b"v"
 
 
-def test_heads_read_only_the_header(open_backend) -> None:
-    backend = open_backend()
+def test_heads_read_only_the_header(open_backend, postgres_dsn) -> None:
     big = bytes(range(256)) * 4096  # 1 MiB, stored out of line
-    token = backend.put("i/big", big)
-    assert list(backend.heads("i/", 16)) == [("i/big", big[:16], token, len(big))]
+    token = open_backend().put("i/big", big)
+    parts = urlsplit(postgres_dsn)
+    user = f"{parts.username}@" if parts.username else ""
+    with FaultProxy(parts.hostname or "127.0.0.1", parts.port or 5432) as proxy:
+        reader = open_backend(url=urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{proxy.port}")))
+        assert reader.get("i/none") is None  # connect and check the schema first
+        before = proxy.received
+        assert list(reader.heads("i/", 16)) == [("i/big", big[:16], token, len(big))]
+        read = proxy.received - before
+    assert read < 16 * 1024, f"listing the head of a 1 MiB frame read {read} bytes from the server"
 
 
 def test_prefix_pages_use_the_primary_key(open_backend, postgres_dsn, fresh_schema) -> None:

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -21,6 +22,7 @@ import berth
 from berth.testing import StoreContract, make_envelope
 from tests._net import free_port, wait_port
 from tests.conftest import require, unavailable
+from tests.reliability._proxy import FaultProxy
 
 redis = require("redis", "Redis")
 from berth.backends import redis as redis_backend  # noqa: E402
@@ -302,11 +304,17 @@ def test_tokens_that_are_not_generations_mismatch_without_io(open_backend) -> No
     assert backend.get("i/k")[0] == b"v"
 
 
-def test_heads_read_only_the_header(open_backend) -> None:
-    backend = open_backend()
-    big = bytes(range(256)) * 4096
-    token = backend.put("i/big", big)
-    assert list(backend.heads("i/", 16)) == [("i/big", big[:16], token, len(big))]
+def test_heads_read_only_the_header(open_backend, redis_url) -> None:
+    big = bytes(range(256)) * 4096  # 1 MiB
+    token = open_backend().put("i/big", big)
+    parts = urlsplit(redis_url)
+    with FaultProxy(parts.hostname or "127.0.0.1", parts.port or 6379) as proxy:
+        reader = open_backend(url=urlunsplit(parts._replace(netloc=f"127.0.0.1:{proxy.port}")))
+        assert reader.get("i/none") is None  # connect first
+        before = proxy.received
+        assert list(reader.heads("i/", 16)) == [("i/big", big[:16], token, len(big))]
+        read = proxy.received - before
+    assert read < 16 * 1024, f"listing the head of a 1 MiB frame read {read} bytes from the server"
 
 
 def test_foreign_value_under_a_frame_key_is_a_backend_error(open_backend, redis_url, fresh_prefix) -> None:

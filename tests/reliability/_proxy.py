@@ -30,6 +30,7 @@ class FaultProxy:
         self._doomed: set[tuple[socket.socket, socket.socket]] = set()
         self.lost_responses = 0
         self.cuts = 0
+        self.received = 0  # bytes relayed from the server to its clients: what a call read
         self._thread = threading.Thread(target=self._accept_loop, name="fault-proxy", daemon=True)
         self._thread.start()
 
@@ -123,6 +124,9 @@ class FaultProxy:
                         self._doomed.discard(pair)
                         self.lost_responses += 1
                         return
+                    if src is upstream:
+                        with self._lock:
+                            self.received += len(data)
                     (upstream if src is client else client).sendall(data)
         except (OSError, ValueError):
             return
