@@ -51,6 +51,7 @@ def test_bad_keyrings_are_refused(tmp_path) -> None:
     with pytest.raises(ValueError):
         berth.Keyring({"k": bytes(32)}, "other")
     (tmp_path / "bad.json").write_text("{}")
+    (tmp_path / "bad.json").chmod(0o600)
     with pytest.raises(ValueError):
         berth.Keyring.load(tmp_path / "bad.json")
     with pytest.raises(TypeError):
@@ -117,3 +118,19 @@ def test_large_state_round_trips_through_a_store_as_bytes() -> None:
     assert type(parked.envelope.provider_state) is bytes and parked.envelope.provider_state == state
     claimed = store.claim("k")
     assert claimed is not None and claimed.provider_state == state and store.load("k") is None
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o666, 0o640, 0o604, 0o620])
+def test_a_keyring_others_can_read_or_write_is_refused(tmp_path, mode: int) -> None:
+    path = tmp_path / "keys.json"
+    berth.Keyring.generate().save(path)
+    os.chmod(path, mode)
+    with pytest.raises(PermissionError) as info:
+        berth.Keyring.load(path)
+    message = str(info.value)
+    assert f"chmod 600 {path}" in message and f"{mode:04o}" in message and "\n" not in message
+    assert berth.Keyring.load(path, allow_readable=True).primary  # the explicit opt-out
+    os.chmod(path, 0o600)
+    assert berth.Keyring.load(path).primary
+    os.chmod(path, 0o400)
+    assert berth.Keyring.load(path).primary

@@ -570,6 +570,7 @@ def test_reseal_migrates_plaintext_only_when_asked(home: Path, monkeypatch: pyte
 
 def test_reseal_bad_keyring_is_exit_2(home: Path) -> None:
     (home / "junk.json").write_text("{}")
+    (home / "junk.json").chmod(0o600)
     fails(2, "reseal", "--keyring", str(home / "junk.json"), says=["junk.json", "not a berth keyring"])
 
 

@@ -159,3 +159,22 @@ def test_surrounding_whitespace_of_raw_state_is_dropped_once() -> None:
     env = berth.Envelope(provider_state=b'\n  {"a": 1}  \n', loop_state=b" [1] ")
     assert env.provider_state == b'{"a": 1}' and env.loop_state == b"[1]"
     assert decode_envelope(encode_envelope(env, NOW)) == env.replace(created_at=NOW)
+
+
+def test_repr_shows_ids_and_sizes_never_the_state() -> None:
+    secret = "the customer's card is 4111-1111"
+    env = berth.Envelope(
+        provider_state={"messages": [secret]},
+        loop_state={"note": secret},
+        pending_calls=[berth.PendingCall("call-7", "ask", {"q": secret})],
+        run_id="run-9",
+        labels={"repo": "org/repo"},
+    )
+    for text in (repr(env), str(env), f"{env!r}", repr(env.pending_calls[0]), repr([env])):
+        assert secret not in text and "4111" not in text, text
+    assert "run-9" in repr(env) and f"<{len(env.provider_state)} bytes>" in repr(env)
+    assert "'call-7'" in repr(env) and "org/repo" in repr(env)
+    assert (
+        repr(env.pending_calls[0])
+        == f"PendingCall(id='call-7', name='ask', input=<{len(env.pending_calls[0].input)} bytes>)"
+    )

@@ -467,3 +467,13 @@ def test_questions_under_a_kms_sealer_name_their_namespace_in_the_wrap_context()
     # The KMS audit log ties the unwrap to the question namespace, not to the envelope of the same key.
     assert len(contexts) == 1
     assert sorted(contexts[0].values()) == sorted([f"{IDENTITY}:questions", "org/repo#42"])
+
+
+def test_question_and_answer_reprs_show_ids_and_sizes_not_text() -> None:
+    qs = berth.open_questions("memory://", identity="a")
+    q = qs.ask("k", "Drop the production database?", run_id="run-1")
+    a = qs.provide("k", q.id, "yes, the password is hunter2", by="alice")
+    for obj in (q, a):
+        assert "production" not in repr(obj) and "hunter2" not in repr(obj) and "hunter2" not in str(obj)
+        assert q.id in repr(obj)
+    assert "<29 chars>" in repr(q) and "'alice'" in repr(a) and "<28 chars>" in repr(a)

@@ -164,3 +164,12 @@ def test_a_state_length_that_does_not_fit_its_body_is_refused(state_len: int, er
     with pytest.raises(error, match="identity 't', key 'k'"):
         store.load("k")
     assert store.backend.get("t/k") is not None  # left in place
+
+
+def test_parked_repr_shows_no_state() -> None:
+    store = berth.Store(berth.backends.memory.MemoryBackend(), identity="a", sealer=berth.PlaintextSealer())
+    store.save("k", make_envelope())
+    parked = store.load("k")
+    assert parked is not None
+    assert SECRET not in repr(parked) and SECRET not in str(parked)
+    assert "Token(" in repr(parked) and "bytes>" in repr(parked)

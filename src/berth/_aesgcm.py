@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import os
 import secrets
+import shlex
+import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import pairwise
 from pathlib import Path
@@ -162,9 +164,34 @@ class Keyring:
             raise
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Keyring:
-        """Read a keyring written by `save`."""
-        return cls.from_json(Path(path).read_bytes())
+    def load(cls, path: str | os.PathLike[str], *, allow_readable: bool = False) -> Keyring:
+        """Read a keyring written by `save`, refusing a file others can read or write.
+
+        As ssh refuses a private key with such a mode: a keyring whose mode gives the
+        group or others any access (0644, 0666, 0640) is not used, silently or otherwise.
+
+        Args:
+            path: the keyring file.
+            allow_readable: accept such a mode anyway, for hosts whose secret store mounts
+                files so (a Kubernetes secret volume's default is 0644); the environment's
+                switch for it is `BERTH_KEYRING_ALLOW_READABLE=1`.
+
+        Raises:
+            PermissionError: the mode lets others in (one line, naming `chmod 600 PATH`).
+            ValueError: the file is not a berth keyring.
+            OSError: the file cannot be read.
+        """
+        with open(path, "rb") as f:
+            mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+            if mode & 0o077 and not allow_readable:
+                shown = os.fspath(path)
+                raise PermissionError(
+                    f"keyring {shown!r} has mode {mode:04o}: others can read or change it, so berth will not use "
+                    f"it; run `chmod 600 {shlex.quote(shown)}` (or, where a secret store mounts it so, "
+                    "pass allow_readable=True or set BERTH_KEYRING_ALLOW_READABLE=1)"
+                )
+            data = f.read()
+        return cls.from_json(data)
 
 
 def _new_id() -> str:

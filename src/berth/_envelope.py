@@ -144,6 +144,10 @@ class PendingCall:
         """The call's input decoded from JSON (as `Envelope.state` decodes)."""
         return orjson.loads(self.input)
 
+    def __repr__(self) -> str:
+        # The input is the run's state: its size only, so a log line or traceback never carries it.
+        return f"PendingCall(id={self.id!r}, name={self.name!r}, input=<{len(self.input)} bytes>)"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class Envelope:
@@ -216,6 +220,16 @@ class Envelope:
         set_(self, "created_at", _aware(created_at, "created_at"))
         set_(self, "pending_calls", _calls(pending_calls))
         set_(self, "labels", _labels(labels))
+
+    def __repr__(self) -> str:
+        # Ids, times and sizes: never the state, so a log line or a traceback does not carry it.
+        loop = "None" if self.loop_state is None else f"<{len(self.loop_state)} bytes>"
+        return (
+            f"Envelope(run_id={self.run_id!r}, provider={self.provider!r}, model={self.model!r}, "
+            f"provider_state=<{len(self.provider_state)} bytes>, loop_state={loop}, "
+            f"pending_calls={[c.id for c in self.pending_calls]!r}, turn={self.turn}, "
+            f"deadline={self.deadline!r}, created_at={self.created_at!r}, labels={dict(self.labels)!r})"
+        )
 
     def replace(self, **changes: Any) -> Envelope:
         """A copy with `changes` applied (the envelope itself is immutable)."""

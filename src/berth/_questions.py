@@ -58,6 +58,13 @@ class Question:
     prompt: str
     asked_at: datetime
 
+    def __repr__(self) -> str:
+        # The prompt is sealed at rest: its size only, so a log line or a traceback does not carry it.
+        return (
+            f"Question(id={self.id!r}, key={self.key!r}, run_id={self.run_id!r}, "
+            f"prompt=<{len(self.prompt)} chars>, asked_at={self.asked_at!r})"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Answer:
@@ -67,6 +74,13 @@ class Answer:
     text: str
     by: str
     answered_at: datetime
+
+    def __repr__(self) -> str:
+        # The answer is sealed at rest: its size only, so a log line or a traceback does not carry it.
+        return (
+            f"Answer(question_id={self.question_id!r}, text=<{len(self.text)} chars>, by={self.by!r}, "
+            f"answered_at={self.answered_at!r})"
+        )
 
 
 class AnswerRefused(TokenMismatch):

@@ -93,6 +93,7 @@ def test_bad_values_are_one_line_value_errors(value: str, message: str) -> None:
 
 def test_bad_keyring_files_are_one_line_value_errors(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{not a keyring")
+    (tmp_path / "bad.json").chmod(0o600)
     for path, message in ((tmp_path / "missing.json", "cannot read"), (tmp_path / "bad.json", "not a berth keyring")):
         with pytest.raises(ValueError, match=message) as info:
             berth.sealer_from_env({"BERTH_KEYRING": str(path)})
@@ -106,3 +107,14 @@ def test_import_berth_imports_no_cloud_client() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("variable", ["BERTH_KEYRING", "BERTH_KMS"])
+def test_a_readable_keyring_is_refused_unless_the_environment_allows_it(keyring_path: Path, variable: str) -> None:
+    keyring_path.chmod(0o644)
+    value = str(keyring_path) if variable == "BERTH_KEYRING" else f"local://{keyring_path}"
+    with pytest.raises(ValueError, match=r"mode 0644.*chmod 600"):
+        berth.sealer_from_env({variable: value})
+    assert berth.sealer_from_env({variable: value, "BERTH_KEYRING_ALLOW_READABLE": "1"}) is not None
+    with pytest.raises(ValueError, match="chmod 600"):
+        berth.sealer_from_env({variable: value, "BERTH_KEYRING_ALLOW_READABLE": "0"})

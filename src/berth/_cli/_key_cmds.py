@@ -105,7 +105,7 @@ def keys_show(path: str, reveal: bool, out: str | None) -> None:
     Example:
       berth keys show keys.json
     """
-    ring = load_keyring(path)
+    ring = load_keyring(path, allow_readable=True)  # the tool that shows what is wrong with it
     doc = _keyring_doc(path, ring, reveal)
     if out:
         emit_json(doc)

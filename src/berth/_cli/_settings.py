@@ -11,6 +11,7 @@ import click
 
 import berth
 from berth._cli._failures import bad_usage, warn, where
+from berth._config import keyring_readable_allowed
 
 __all__ = [
     "DEFAULT_IDENTITY",
@@ -145,10 +146,20 @@ def user_name() -> str:
         return "cli"
 
 
-def load_keyring(path: str) -> berth.Keyring:
-    """Read a keyring file, as a configuration error (exit 2) when it cannot be read."""
+def load_keyring(path: str, *, allow_readable: bool | None = None) -> berth.Keyring:
+    """Read a keyring file, as a configuration error (exit 2) when it cannot be read.
+
+    A file others can read is refused unless `allow_readable` (default: what
+    `BERTH_KEYRING_ALLOW_READABLE` says).
+    """
+    if allow_readable is None:
+        allow_readable = keyring_readable_allowed()
     try:
-        return berth.Keyring.load(path)
+        return berth.Keyring.load(path, allow_readable=allow_readable)
+    except PermissionError as exc:
+        if exc.errno is None:  # refused for its mode: the message names the fix
+            bad_usage(str(exc))
+        bad_usage(f"keyring {path!r} cannot be read: {exc.strerror or exc}")
     except FileNotFoundError:
         bad_usage(f"keyring {path!r} does not exist: create one with `berth keys generate {path}`")
     except OSError as exc:
