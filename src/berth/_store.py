@@ -7,7 +7,7 @@ import os
 import secrets
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import pairwise
@@ -33,9 +33,11 @@ from berth._errors import (
 from berth._frame import FORMAT_VERSION, Header, build_aad, encode_header, header_size, parse_frame, peek_header
 from berth._keys import validate_identity, validate_key
 from berth._plaintext import PlaintextSealer
+from berth._plan import Plan, call, run
 from berth._sealer import Sealer
 from berth._token import Token
 from berth.backends import Backend, open_backend
+from berth.backends._bulk import delete_many, get_many, sorted_heads
 
 __all__ = [
     "DEFAULT_MAX_ENVELOPE_BYTES",
@@ -53,6 +55,7 @@ log = logging.getLogger("berth")
 
 DEFAULT_MAX_ENVELOPE_BYTES = 64 * 1024 * 1024
 _HEAD_READ = 1024  # bytes read per frame when listing; a longer header falls back to a full read
+_DELETE_BATCH = 500  # frames per delete_many call of delete_prefix
 _warned_plaintext = False
 _warn_lock = threading.Lock()
 
@@ -96,6 +99,19 @@ class ResealReport(int):
 
     def __repr__(self) -> str:
         return f"ResealReport(moved={self.moved}, skipped={self.skipped}, failed={self.failed})"
+
+
+def _listing(key: str, header: Header, token: Token, size: int) -> Listing:
+    return Listing(
+        key,
+        header.run_id,
+        header.created_at,
+        header.deadline,
+        size,
+        MappingProxyType(header.labels),
+        header.sealed_by,
+        token,
+    )
 
 
 def _utcnow() -> datetime:
@@ -415,25 +431,56 @@ class Store:
 
     # --- the contract ------------------------------------------------------------------
 
-    def save(self, key: str, envelope: Envelope) -> None:
+    def save(self, key: str, envelope: Envelope, *, if_absent: bool = False, if_match: Token | None = None) -> Token:
         """Seal and park `envelope` under `key`, superseding whatever was parked there.
+
+        Unconditional by default (last save wins, and it never raises `TokenMismatch`).
+        Hosts that need first-writer-wins or compare-and-set pass `if_absent=True` or
+        `if_match=token`: a condition that does not hold writes nothing.
 
         Args:
             key: the suspension's name within this identity.
             envelope: what to park; `created_at` is stamped now when absent.
+            if_absent: write only if nothing is parked under `key`.
+            if_match: write only if what is parked under `key` is still at this token
+                (from `load`, `list` or an earlier `save`).
+
+        Returns:
+            The token of the envelope now parked (it can delete it, or be the next `if_match`).
 
         Raises:
             InvalidKey: the key breaks the key rules (before any I/O).
             InvalidEnvelope: not an Envelope, or a version this berth does not park.
             EnvelopeTooLarge: the encoded envelope exceeds `max_envelope_bytes`.
+            TokenMismatch: `if_absent` and something is parked, or `if_match` and the token is
+                stale, zero, or nothing is parked; nothing was written.
             BackendError: the write failed; the previous envelope, if any, is intact.
         """
         name = self._name(key)
+        self._check_condition(key, if_absent, if_match)
         frame = self._build(key, envelope)
         try:
-            self.backend.put(name, frame)
+            return self.backend.put(name, frame, if_match=if_match, if_absent=if_absent)
         except Exception as exc:
             _reraise(exc, self.identity, key, "save")
+
+    def _check_condition(self, key: str, if_absent: bool, if_match: Token | None) -> None:
+        """Refuse, before any I/O, a save condition that can never hold."""
+        if if_match is None:
+            return
+        if not isinstance(if_match, Token) or if_match.is_zero:
+            raise TokenMismatch(
+                f"save at {where(self.identity, key)} with if_match the zero token (or not a token): "
+                "load first to get a token",
+                identity=self.identity,
+                key=key,
+            )
+        if if_absent:
+            raise TokenMismatch(
+                f"save at {where(self.identity, key)} cannot be both if_absent and if_match: nothing is both",
+                identity=self.identity,
+                key=key,
+            )
 
     def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
         """Open the envelope parked under `key`, with the token that can claim it.
@@ -459,6 +506,48 @@ class Store:
             found = self.backend.get(name)
         except Exception as exc:
             _reraise(exc, self.identity, key, "load")
+        return self._opened(key, found, allow_expired)
+
+    def load_many(self, keys: Sequence[str], *, allow_expired: bool = False) -> list[Parked | None]:
+        """`load` of several keys at once: one round trip where the backend can (SQLite,
+        PostgreSQL, Redis, memory), one read per key elsewhere.
+
+        Returns:
+            One `Parked` or None per key, in the order of `keys`.
+
+        Raises:
+            InvalidKey: any key breaks the key rules (before any I/O).
+            Expired, IntegrityError, FormatError: as `load`, for the first key (in order)
+                whose envelope is past its deadline or does not open.
+            BackendError: the backend failed.
+        """
+        keys, names = self._names(keys)
+        if not names:
+            return []
+        try:
+            found = get_many(self.backend, names)
+        except Exception as exc:
+            _reraise(exc, self.identity, self._many(keys), "load")
+        return self._opened_many(keys, found, allow_expired)
+
+    def _names(self, keys: Sequence[str]) -> tuple[list[str], list[str]]:
+        """The keys as a list and their backend names, every key checked before any I/O."""
+        if isinstance(keys, str):
+            raise InvalidKey(f"load_many takes a sequence of keys, not one key {keys!r}", identity=self.identity)
+        keys = list(keys)
+        return keys, [self._name(key) for key in keys]
+
+    @staticmethod
+    def _many(keys: Sequence[str]) -> str:
+        return keys[0] if len(keys) == 1 else f"{keys[0]} (+{len(keys) - 1} more)"
+
+    def _opened_many(
+        self, keys: Sequence[str], found: Sequence[tuple[bytes, Token] | None], allow_expired: bool
+    ) -> list[Parked | None]:
+        return [self._opened(key, one, allow_expired) for key, one in zip(keys, found, strict=True)]
+
+    def _opened(self, key: str, found: tuple[bytes, Token] | None, allow_expired: bool) -> Parked | None:
+        """What `load` returns for what the backend found under `key`: the envelope opened, or Expired."""
         if found is None:
             return None
         data, token = found
@@ -492,6 +581,14 @@ class Store:
             TokenMismatch: the token is stale, zero, or nothing is parked.
             BackendError: the backend failed; the envelope may or may not be gone.
         """
+        name = self._delete_name(key, token)
+        try:
+            self.backend.delete(name, token)
+        except Exception as exc:
+            _reraise(exc, self.identity, key, "delete")
+
+    def _delete_name(self, key: str, token: Token) -> str:
+        """The backend name to delete `key` at, once the key and the token are checked (before any I/O)."""
         name = self._name(key)
         if not isinstance(token, Token) or token.is_zero:
             raise TokenMismatch(
@@ -499,10 +596,7 @@ class Store:
                 identity=self.identity,
                 key=key,
             )
-        try:
-            self.backend.delete(name, token)
-        except Exception as exc:
-            _reraise(exc, self.identity, key, "delete")
+        return name
 
     def claim(self, key: str) -> Envelope | None:
         """Load and delete: exactly one caller across threads, processes and hosts gets the envelope.
@@ -520,46 +614,65 @@ class Store:
             BackendError: the backend failed; if it failed during the delete the claim's
                 outcome is unknown and the caller must not resume.
         """
+        return run(self._claim_plan(key), {"store": self})
+
+    def _claim_plan(self, key: str) -> Plan[Envelope | None]:
+        """Claim as a plan of store calls, run by `claim` here and awaited by `berth.aio.AsyncStore.claim`."""
         try:
-            parked = self.load(key)
+            parked = yield call("store", "load", key)
         except Expired as exc:
             assert exc.token is not None
             try:
-                self.delete(key, exc.token)
+                yield call("store", "delete", key, exc.token)
             except TokenMismatch:
                 pass
             raise
         if parked is None:
             return None
         try:
-            self.delete(key, parked.token)
+            yield call("store", "delete", key, parked.token)
         except TokenMismatch:
             return None
-        return parked.envelope
+        envelope: Envelope = parked.envelope
+        return envelope
 
-    def _heads(self, prefix: str) -> Iterator[tuple[str, Header | None, Token, int]]:
+    def _heads(
+        self, prefix: str, *, ordered: bool = False, limit: int | None = None, reverse: bool = False
+    ) -> Iterator[tuple[str, Header | None, Token, int]]:
         full_prefix = self._prefix + prefix
-        heads = getattr(self.backend, "heads", None)
-        if heads is not None:
-            rows: Iterator[tuple[str, Any, Token, int]] = heads(full_prefix, _HEAD_READ)
+        rows: Iterator[tuple[str, Any, Token, int]]
+        if ordered:
+            rows = sorted_heads(self.backend, full_prefix, _HEAD_READ, limit=limit, reverse=reverse)
+        elif (heads := getattr(self.backend, "heads", None)) is not None:
+            rows = heads(full_prefix, _HEAD_READ)
         else:
             rows = self._heads_by_get(full_prefix)
-        plen = len(self._prefix)
         for name, head, token, size in rows:
-            key = name[plen:]
-            need = header_size(head)
-            if need is not None and need > len(head):
+            if self._needs_full(head):
                 found = self.backend.get(name)
                 if found is None:
                     continue
                 head, token = found[0], found[1]
-            try:
-                header, _ = peek_header(head, self.identity, key)
-            except (FormatError, IntegrityError) as exc:
-                log.warning("berth: skipping unreadable frame: %s", exc)
-                yield key, None, token, size
-                continue
-            yield key, header, token, size
+            yield self._peeked(name, head, token, size)
+
+    _head_read = _HEAD_READ
+    _delete_batch = _DELETE_BATCH
+
+    @staticmethod
+    def _needs_full(head: bytes) -> bool:
+        """Whether `head` (a frame's first bytes) is cut short of the frame's whole header."""
+        need = header_size(head)
+        return need is not None and need > len(head)
+
+    def _peeked(self, name: str, head: bytes, token: Token, size: int) -> tuple[str, Header | None, Token, int]:
+        """(key, header or None when unreadable, token, size) of the frame named `name`."""
+        key = name[len(self._prefix) :]
+        try:
+            header, _ = peek_header(head, self.identity, key)
+        except (FormatError, IntegrityError) as exc:
+            log.warning("berth: skipping unreadable frame: %s", exc)
+            return key, None, token, size
+        return key, header, token, size
 
     def _heads_by_get(self, full_prefix: str) -> Iterator[tuple[str, bytes, Token, int]]:
         for name in self.backend.scan(full_prefix):
@@ -567,31 +680,71 @@ class Store:
             if found is not None:
                 yield name, found[0], found[1], len(found[0])
 
-    def list(self, prefix: str = "") -> Iterator[Listing]:
-        """Stream what is parked under `prefix`, from cleartext headers: no keys needed.
+    def list(self, prefix: str = "", *, limit: int | None = None, reverse: bool = False) -> Iterator[Listing]:
+        """Stream what is parked under `prefix` in key order, from cleartext headers: no keys needed.
 
-        Frames that are not readable berth frames are skipped (and logged);
-        `berth verify` reports them.
+        Keys come in bytewise UTF-8 order (`reverse`: descending), so the latest of keys
+        that sort by time -- a thread's checkpoints, say -- is `list(prefix, limit=1,
+        reverse=True)`: one bounded query on SQLite and PostgreSQL. Frames that are not
+        readable berth frames are skipped (and logged); `berth verify` reports them, and
+        they do not count toward `limit`. The cost per backend is in docs/store.md.
+
+        Args:
+            prefix: only keys starting with it ("" for all); "a/" lists a's children.
+            limit: at most this many listings (None: all).
+            reverse: descending key order.
+
+        Raises:
+            InvalidKey: a prefix with control characters or a leading "/" (before any I/O).
+            BackendError: the backend failed.
         """
+        self._check_list(prefix, limit)
+        return self._listings(prefix, limit, reverse)
+
+    def _check_list(self, prefix: str, limit: int | None) -> None:
         self._check_prefix(prefix)
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            raise ValueError(f"list limit must be a positive int or None, got {limit!r}")
+
+    def _listings(self, prefix: str, limit: int | None, reverse: bool) -> Iterator[Listing]:
         with self._backend_call(prefix or "*", "list"):
-            for key, header, token, size in self._heads(prefix):
+            for key, header, token, size in self._heads(prefix, ordered=True, limit=limit, reverse=reverse):
                 if header is None:
                     continue
-                yield Listing(
-                    key,
-                    header.run_id,
-                    header.created_at,
-                    header.deadline,
-                    size,
-                    MappingProxyType(header.labels),
-                    header.sealed_by,
-                    token,
-                )
+                yield _listing(key, header, token, size)
 
     def _check_prefix(self, prefix: str) -> None:
         if not isinstance(prefix, str) or prefix.startswith("/") or any(ord(c) < 32 or ord(c) == 127 for c in prefix):
             raise InvalidKey(f"invalid prefix {prefix!r} for identity {self.identity!r}", identity=self.identity)
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every envelope whose key starts with `prefix`, each only if unchanged since read.
+
+        An envelope re-saved meanwhile survives (as in `sweep`); frames that do not open
+        are deleted too. `"thread-1/"` removes a thread's keys; `"thread-1"` would also
+        remove `thread-10`'s. An empty prefix empties the identity. Needs no keys.
+        Batched where the backend can (one transaction or statement per 500 on SQLite,
+        PostgreSQL and Redis).
+
+        Returns:
+            How many envelopes were deleted.
+
+        Raises:
+            InvalidKey: a prefix with control characters or a leading "/" (before any I/O).
+            BackendError: the backend failed; some envelopes may be gone.
+        """
+        self._check_prefix(prefix)
+        removed = 0
+        batch: list[tuple[str, Token]] = []
+        with self._backend_call(prefix or "*", "delete_prefix"):
+            for key, _header, token, _ in self._heads(prefix):
+                batch.append((self._prefix + key, token))
+                if len(batch) >= _DELETE_BATCH:
+                    removed += sum(delete_many(self.backend, batch))
+                    batch = []
+            if batch:
+                removed += sum(delete_many(self.backend, batch))
+        return removed
 
     def sweep(self, now: datetime | None = None) -> int:
         """Delete every envelope past its deadline, each only if unchanged since read.
@@ -601,9 +754,7 @@ class Store:
         Returns:
             How many envelopes were deleted.
         """
-        now = now or self._clock()
-        if now.tzinfo is None:
-            raise InvalidEnvelope("sweep(now=...) needs an aware datetime")
+        now = self._sweep_now(now)
         removed = 0
         with self._backend_call("*", "sweep"):
             for key, _header, token, _ in list(self._expired_heads(now)):
@@ -614,9 +765,19 @@ class Store:
                 removed += 1
         return removed
 
-    def _expired_heads(self, now: datetime) -> Iterator[tuple[str, Header, Token, int]]:
+    def _sweep_now(self, now: datetime | None) -> datetime:
+        now = now or self._clock()
+        if now.tzinfo is None:
+            raise InvalidEnvelope("sweep(now=...) needs an aware datetime")
+        return now
+
+    @staticmethod
+    def _is_expired(header: Header | None, now: datetime) -> bool:
+        return header is not None and header.deadline is not None and now > header.deadline
+
+    def _expired_heads(self, now: datetime) -> Iterator[tuple[str, Header | None, Token, int]]:
         for key, header, token, size in self._heads(""):
-            if header is not None and header.deadline is not None and now > header.deadline:
+            if self._is_expired(header, now):
                 yield key, header, token, size
 
     def reseal(self) -> ResealReport:
@@ -628,28 +789,19 @@ class Store:
             How many frames moved (an int), with `.skipped` (changed meanwhile) and
             `.failed` (could not be opened) counts.
         """
-        current = f"{self.sealer.name}:{self.sealer.key_id}"
-        moved = skipped = failed = 0
+        tally = self._reseal_tally()
         for key, header, _, _ in self._heads(""):
-            if header is None:
-                failed += 1
-                continue
-            if header.sealed_by == current:
+            if not tally.wants(key, header):
                 continue
             try:
-                moved_one = self._reseal_one(key)
-            except TokenMismatch:
-                skipped += 1
-                continue
-            except (IntegrityError, FormatError) as exc:
-                log.warning("berth: reseal could not open a frame: %s", exc)
-                failed += 1
-                continue
-            if moved_one:
-                moved += 1
-            else:
-                skipped += 1
-        return ResealReport(moved, skipped, failed)
+                outcome: BaseException | bool = self._reseal_one(key)
+            except Exception as exc:
+                outcome = exc
+            tally.record(key, outcome)
+        return tally.report()
+
+    def _reseal_tally(self) -> _ResealTally:
+        return _ResealTally(f"{self.sealer.name}:{self.sealer.key_id}")
 
     def _reseal_one(self, key: str) -> bool:
         name = self._name(key)
@@ -658,15 +810,49 @@ class Store:
         if found is None:
             return False
         data, token = found
+        frame = self._resealed(key, data)
+        with self._backend_call(key, "reseal"):
+            self.backend.put(name, frame, if_match=token)
+        return True
+
+    def _resealed(self, key: str, data: bytes) -> bytes:
+        """The frame `data` (parked under `key`) opened and sealed again by the current sealer."""
         header, pieces = self._open_pieces(key, data, split=True)
         del data
         env = self._decode(key, header, pieces)
         del pieces
         assert env.created_at is not None
-        frame = self._seal(key, env, env.created_at)
-        with self._backend_call(key, "reseal"):
-            self.backend.put(name, frame, if_match=token)
-        return True
+        return self._seal(key, env, env.created_at)
+
+
+class _ResealTally:
+    """What a reseal did, frame by frame: the sync and async reseal count the same way."""
+
+    def __init__(self, current: str):
+        self.current = current
+        self.moved = self.skipped = self.failed = 0
+
+    def wants(self, key: str, header: Header | None) -> bool:
+        """Whether the frame under `key` needs resealing (an unreadable one counts as failed)."""
+        if header is None:
+            self.failed += 1
+            return False
+        return header.sealed_by != self.current
+
+    def record(self, key: str, outcome: BaseException | bool) -> None:
+        """Count one attempt: True moved, False gone meanwhile, or what it raised."""
+        if outcome is True:
+            self.moved += 1
+        elif outcome is False or isinstance(outcome, TokenMismatch):
+            self.skipped += 1
+        elif isinstance(outcome, (IntegrityError, FormatError)):
+            log.warning("berth: reseal could not open a frame: %s", outcome)
+            self.failed += 1
+        else:
+            raise outcome
+
+    def report(self) -> ResealReport:
+        return ResealReport(self.moved, self.skipped, self.failed)
 
 
 def open_store(

@@ -23,10 +23,12 @@ contract under another sealer; it must be picklable for the process races.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import multiprocessing
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar
@@ -34,6 +36,7 @@ from typing import Any, ClassVar
 import pytest
 
 from berth._aesgcm import AesGcmSealer, Keyring
+from berth._aio_store import AsyncStore
 from berth._envelope import Envelope, PendingCall
 from berth._errors import (
     BerthError,
@@ -48,11 +51,13 @@ from berth._errors import (
 from berth._frame import PREFIX_SIZE
 from berth._plaintext import PlaintextSealer
 from berth._sealer import Sealer
-from berth._store import Store
+from berth._store import Listing, Store
 from berth._token import Token
 from berth.backends import Backend
+from berth.backends._aio import AsyncBackend, ThreadedBackend
+from berth.backends._bulk import Head, delete_many, get_many, sorted_heads
 
-__all__ = ["FakeClock", "RecordingBackend", "StoreContract", "make_envelope"]
+__all__ = ["AsyncStoreContract", "FakeClock", "RecordingBackend", "StoreContract", "make_envelope"]
 
 SECRET = "PLAINTEXT-MARKER-7f3a9c"
 """Planted in every contract envelope's state: it must never appear in an error message."""
@@ -102,8 +107,8 @@ class RecordingBackend:
     def __init__(
         self,
         inner: Backend,
-        before_delete: Callable[[str], None] | None = None,
-        before_conditional_put: Callable[[str], None] | None = None,
+        before_delete: Callable[[str], object] | None = None,
+        before_conditional_put: Callable[[str], object] | None = None,
     ):
         self.inner = inner
         self.calls: list[str] = []
@@ -144,6 +149,21 @@ class RecordingBackend:
             found = self.inner.get(name)
             if found is not None:
                 yield name, bytes(found[0]), found[1], len(found[0])
+
+    def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
+        self.calls.append("sorted_heads")
+        return sorted_heads(self.inner, prefix, size, limit=limit, reverse=reverse)
+
+    def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
+        self.calls.append("get_many")
+        return get_many(self.inner, names)
+
+    def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
+        self.calls.append("delete_many")
+        if self._before_delete is not None and items:
+            hook, self._before_delete = self._before_delete, None
+            hook(items[0][0])
+        return delete_many(self.inner, items)
 
     def close(self) -> None:
         close = getattr(self.inner, "close", None)
@@ -317,6 +337,78 @@ class StoreContract:
         parked = writer.load("k")
         assert parked is not None and parked.envelope.run_id == "last"
 
+    def test_save_returns_the_token_of_what_it_parked(self, store: Store) -> None:
+        token = store.save("k", make_envelope())
+        parked = store.load("k")
+        assert parked is not None and parked.token == token and not token.is_zero
+        store.delete("k", token)
+        assert store.load("k") is None
+
+    def test_save_if_absent_is_first_writer_wins(self, store: Store) -> None:
+        first = store.save("k", make_envelope("first"), if_absent=True)
+        with pytest.raises(TokenMismatch) as info:
+            store.save("k", make_envelope("second"), if_absent=True)
+        self._assert_clean(info.value, "k")
+        parked = store.load("k")
+        assert parked is not None and parked.envelope.run_id == "first" and parked.token == first
+        store.delete("k", first)
+        store.save("k", make_envelope("third"), if_absent=True)  # absent again: allowed
+        again = store.load("k")
+        assert again is not None and again.envelope.run_id == "third"
+
+    def test_save_if_match_is_compare_and_set(self, store: Store) -> None:
+        with pytest.raises(TokenMismatch):
+            store.save("k", make_envelope("ghost"), if_match=Token(1))
+        assert store.load("k") is None, "a failed if_match save must write nothing"
+        one = store.save("k", make_envelope("one"))
+        two = store.save("k", make_envelope("two"), if_match=one)
+        assert two != one
+        with pytest.raises(TokenMismatch) as info:
+            store.save("k", make_envelope("stale"), if_match=one)
+        self._assert_clean(info.value, "k")
+        parked = store.load("k")
+        assert parked is not None and parked.envelope.run_id == "two" and parked.token == two
+        three = store.save("k", make_envelope("three"), if_match=parked.token)
+        with pytest.raises(TokenMismatch):
+            store.delete("k", two)
+        store.delete("k", three)
+
+    def test_impossible_save_conditions_never_reach_the_backend(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend]
+    ) -> None:
+        recorder = RecordingBackend(backend_opener())
+        store = make_store(backend=recorder)
+        token = store.save("k", make_envelope("kept"))
+        recorder.calls.clear()
+        for kwargs in ({"if_match": Token.ZERO}, {"if_match": token, "if_absent": True}):
+            with pytest.raises(TokenMismatch) as info:
+                store.save("k", make_envelope("never"), **kwargs)
+            self._assert_clean(info.value, "k")
+        assert recorder.calls == []
+        parked = store.load("k")
+        assert parked is not None and parked.envelope.run_id == "kept"
+
+    def test_save_if_absent_race_has_one_winner(self, make_store: Callable[..., Store]) -> None:
+        stores = [make_store() for _ in range(4)]
+        keys = [f"first/{i}" for i in range(20)]
+        barrier = threading.Barrier(len(stores))
+
+        def worker(pair: tuple[int, Store]) -> list[str]:
+            i, s = pair
+            barrier.wait()
+            won = []
+            for key in keys:
+                try:
+                    s.save(key, make_envelope(f"writer-{i}"), if_absent=True)
+                except TokenMismatch:
+                    continue
+                won.append(key)
+            return won
+
+        with ThreadPoolExecutor(len(stores)) as pool:
+            won = [k for ks in pool.map(worker, enumerate(stores)) for k in ks]
+        assert sorted(won) == sorted(keys), "every key must be created exactly once"
+
     # --- 2. load -----------------------------------------------------------------------
 
     def test_load_of_nothing_is_none(self, store: Store) -> None:
@@ -344,6 +436,44 @@ class StoreContract:
             a.envelope.run_id = "other"  # type: ignore[misc]
         again = store.load("k")
         assert again is not None and again.envelope.labels["repo"] == "org/repo"
+
+    def test_load_many_keeps_order_and_gaps(self, store: Store) -> None:
+        for key in ("a", "b/1", "ünï/ключ"):
+            store.save(key, make_envelope(key))
+        keys = ["b/1", "missing", "a", "ünï/ключ", "a"]
+        got = store.load_many(keys)
+        assert [p.envelope.run_id if p else None for p in got] == ["b/1", None, "a", "ünï/ключ", "a"]
+        single = store.load("a")
+        assert got[2] is not None and single is not None and got[2].token == single.token
+        assert store.load_many([]) == []
+        many = [f"many/{i:04d}" for i in range(600)]
+        for key in many[::7]:
+            store.save(key, make_envelope(key))
+        found = store.load_many(many)
+        assert [p.envelope.run_id for p in found if p] == many[::7]
+
+    def test_load_many_refuses_bad_keys_before_any_io(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend]
+    ) -> None:
+        recorder = RecordingBackend(backend_opener())
+        store = make_store(backend=recorder)
+        with pytest.raises(InvalidKey):
+            store.load_many(["good", "../bad"])
+        with pytest.raises(InvalidKey):
+            store.load_many("one-key-not-a-list")
+        assert recorder.calls == []
+
+    def test_load_many_fails_closed_on_expiry_and_tampering(self, store: Store, clock: FakeClock) -> None:
+        store.save("live", make_envelope())
+        store.save("old", make_envelope(deadline=clock.now + timedelta(seconds=1)))
+        clock.advance(timedelta(seconds=2))
+        with pytest.raises(Expired) as info:
+            store.load_many(["live", "old"])
+        assert info.value.key == "old" and info.value.token is not None
+        assert [p is not None for p in store.load_many(["live", "old"], allow_expired=True)] == [True, True]
+        self._plant(store, "moved", self._raw(store, "live"))
+        with pytest.raises(IntegrityError):
+            store.load_many(["live", "moved"])
 
     # --- 3. delete ---------------------------------------------------------------------
 
@@ -409,8 +539,14 @@ class StoreContract:
             won = [k for ks in pool.map(worker, stores) for k in ks]
         assert sorted(won) == sorted(keys), "every key must be won exactly once"
 
+    def _race_worker(
+        self, backend_opener: Callable[[], Backend], request: pytest.FixtureRequest
+    ) -> tuple[Callable[[], Any], Callable[..., None]]:
+        """What a racing worker opens and runs (the async contract races through the async API)."""
+        return backend_opener, _claim_worker
+
     def test_claim_race_between_processes(
-        self, store: Store, backend_opener: Callable[[], Backend], sealer: Sealer
+        self, store: Store, backend_opener: Callable[[], Backend], sealer: Sealer, request: pytest.FixtureRequest
     ) -> None:
         # A backend that cannot be reached from another process races in threads instead,
         # each with its own handle from backend_opener.
@@ -420,10 +556,11 @@ class StoreContract:
         ctx: Any = multiprocessing.get_context("spawn")
         start, results = (ctx.Event(), ctx.Queue()) if self.cross_process else (threading.Event(), queue.Queue())
         workers: list[Any] = []
+        opener, target = self._race_worker(backend_opener, request)
         for i in range(self.process_race_workers):
-            args = (backend_opener, store.identity, sealer, list(keys) if i % 2 else keys[::-1], start, results)
+            args = (opener, store.identity, sealer, list(keys) if i % 2 else keys[::-1], start, results)
             worker_cls = ctx.Process if self.cross_process else threading.Thread
-            workers.append(worker_cls(target=_claim_worker, args=args))
+            workers.append(worker_cls(target=target, args=args))
         for w in workers:
             w.start()
         start.set()
@@ -500,6 +637,99 @@ class StoreContract:
         for i in range(600):  # more than one page of any paging backend
             store.save(f"many/{i:04d}", make_envelope(f"r{i}"))
         assert sorted(i.key for i in store.list("many/")) == [f"many/{i:04d}" for i in range(600)]
+
+    def test_list_is_in_bytewise_key_order(self, store: Store) -> None:
+        keys = ["b", "a/b", "a", "a/a", "ab", "Z", "é", "ключ", "\U0001f600", "a b", "a-b", "ú", "~"]
+        for key in keys:
+            store.save(key, make_envelope(key))
+        ordered = sorted(keys, key=lambda k: k.encode())
+        assert [i.key for i in store.list()] == ordered
+        assert [i.key for i in store.list(reverse=True)] == ordered[::-1]
+        assert [i.key for i in store.list(limit=3)] == ordered[:3]
+        assert [i.key for i in store.list(limit=2, reverse=True)] == ordered[::-1][:2]
+        assert [i.key for i in store.list("a", reverse=True)] == ["ab", "a/b", "a/a", "a-b", "a b", "a"]
+        assert [i.key for i in store.list("a/", limit=1, reverse=True)] == ["a/b"]
+        assert [i.key for i in store.list("zz", limit=1)] == []
+
+    def test_list_latest_under_a_prefix(self, store: Store) -> None:
+        # a host whose keys sort by time (a thread's checkpoint ids) finds the latest with one call
+        for thread in ("t1", "t10", "t2"):
+            for step in range(5):
+                store.save(f"{thread}/cp-{step:03d}", make_envelope(f"{thread}-{step}"))
+        latest = list(store.list("t1/", limit=1, reverse=True))
+        assert [(i.key, i.run_id) for i in latest] == [("t1/cp-004", "t1-4")]
+        parked = store.load(latest[0].key)
+        assert parked is not None and parked.token == latest[0].token
+        assert [i.key for i in store.list("t1/", limit=2)] == ["t1/cp-000", "t1/cp-001"]
+
+    def test_list_order_and_limit_across_pages(self, store: Store) -> None:
+        keys = [f"p/{i:04d}" for i in range(600)]
+        for key in keys:
+            store.save(key, make_envelope(key))
+        assert [i.key for i in store.list("p/")] == keys
+        assert [i.key for i in store.list("p/", reverse=True)] == keys[::-1]
+        assert [i.key for i in store.list("p/", limit=550, reverse=True)] == keys[::-1][:550]
+        assert [i.key for i in store.list("p/", limit=501)] == keys[:501]
+
+    @pytest.mark.parametrize("limit", [0, -1, 1.5, True, "3"])
+    def test_list_refuses_a_bad_limit_before_any_io(
+        self, limit: Any, make_store: Callable[..., Store], backend_opener: Callable[[], Backend]
+    ) -> None:
+        recorder = RecordingBackend(backend_opener())
+        store = make_store(backend=recorder)
+        with pytest.raises(ValueError):
+            store.list(limit=limit)
+        with pytest.raises(InvalidKey):
+            store.list("/abs")
+        assert recorder.calls == []
+
+    # --- deleting under a prefix ---------------------------------------------------------
+
+    def test_delete_prefix_removes_only_under_the_prefix(self, make_store: Callable[..., Store]) -> None:
+        store, other = make_store(), make_store("other-identity")
+        for key in ("t1/a", "t1/b/c", "t10/a", "t1", "u/t1/a"):
+            store.save(key, make_envelope(key))
+        other.save("t1/a", make_envelope("theirs"))
+        assert store.delete_prefix("t1/") == 2
+        assert [i.key for i in store.list()] == ["t1", "t10/a", "u/t1/a"]
+        assert other.load("t1/a") is not None
+        assert store.delete_prefix("t1/") == 0
+        assert store.delete_prefix("") == 3
+        assert list(store.list()) == [] and other.load("t1/a") is not None
+
+    def test_delete_prefix_of_many(self, store: Store) -> None:
+        for i in range(620):  # more than one batch
+            store.save(f"big/{i:04d}", make_envelope(str(i)))
+        store.save("bigger", make_envelope())
+        assert store.delete_prefix("big/") == 620
+        assert [i.key for i in store.list("big")] == ["bigger"]
+
+    def test_save_racing_a_delete_prefix_survives(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend]
+    ) -> None:
+        writer = make_store()
+        writer.save("t/a", make_envelope("old"))
+        recorder = RecordingBackend(backend_opener(), before_delete=lambda _n: writer.save("t/a", make_envelope("new")))
+        deleter = make_store(backend=recorder)
+        assert deleter.delete_prefix("t/") == 0
+        parked = writer.load("t/a")
+        assert parked is not None and parked.envelope.run_id == "new"
+
+    def test_delete_prefix_removes_frames_that_do_not_open(self, store: Store) -> None:
+        store.save("t/good", make_envelope())
+        self._plant(store, "t/garbage", b"not a frame")
+        assert store.delete_prefix("t/") == 2
+        assert store.load("t/garbage") is None
+
+    def test_delete_prefix_refuses_a_bad_prefix_before_any_io(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend]
+    ) -> None:
+        recorder = RecordingBackend(backend_opener())
+        store = make_store(backend=recorder)
+        for bad in ("/abs", "nul\x00", "tab\t"):
+            with pytest.raises(InvalidKey):
+                store.delete_prefix(bad)
+        assert recorder.calls == []
 
     # --- 7. sweep ----------------------------------------------------------------------
 
@@ -767,3 +997,129 @@ class StoreContract:
                 store.load("k")
             assert isinstance(info.value, BerthError)
         assert [i.key for i in store.list()] == []
+
+
+# --- the same cases through berth.aio ----------------------------------------------------------
+
+
+def _threaded(backend_opener: Callable[[], Backend]) -> AsyncBackend:
+    return ThreadedBackend(backend_opener())
+
+
+def _aclaim_worker(
+    opener: Callable[[], AsyncBackend], identity: str, sealer: Sealer, keys: list[str], start: Any, results: Any
+) -> None:
+    async def race() -> list[str]:
+        store = AsyncStore(opener(), identity=identity, sealer=sealer)
+        try:
+            got = await asyncio.gather(*(store.claim(key) for key in keys))
+        finally:
+            await store.aclose()
+        return [key for key, env in zip(keys, got, strict=True) if env is not None]
+
+    start.wait()
+    results.put(asyncio.run(race()))
+
+
+class _Portal:
+    """An event loop in a thread: sync callers (the shared cases, their threads) await through it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="berth-contract-loop", daemon=True)
+        self._thread.start()
+
+    def call(self, awaitable: Any) -> Any:
+        async def wrapped() -> Any:
+            return await awaitable
+
+        return asyncio.run_coroutine_threadsafe(wrapped(), self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+class AwaitingStore:
+    """A `Store`-shaped face of an `AsyncStore`: every call awaited on a portal's loop.
+
+    It lets the shared cases of `StoreContract` drive the async API unchanged.
+    """
+
+    def __init__(self, store: AsyncStore, portal: _Portal):
+        self.aio = store
+        self._portal = portal
+        self.identity = store.identity
+        self.sealer = store.sealer
+        self.backend = store.sync.backend
+
+    def now(self) -> datetime:
+        return self.aio.now()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.aio, name)
+
+        def awaited(*args: Any, **kwargs: Any) -> Any:
+            return self._portal.call(method(*args, **kwargs))
+
+        return awaited
+
+    def list(self, prefix: str = "", **kwargs: Any) -> Iterator[Listing]:
+        rows = self.aio.list(prefix, **kwargs)  # bad arguments raise here, before any I/O, as in Store.list
+
+        def pull() -> Iterator[Listing]:
+            while True:
+                try:
+                    yield self._portal.call(rows.__anext__())
+                except StopAsyncIteration:
+                    return
+
+        return pull()
+
+    def close(self) -> None:
+        self._portal.call(self.aio.aclose())
+
+
+class AsyncStoreContract(StoreContract):
+    """Every case of `StoreContract`, driven through `berth.aio.AsyncStore`.
+
+    Override `backend_opener` as for `StoreContract`; override `async_backend_opener`
+    (a picklable zero-argument callable returning an `AsyncBackend` onto the same
+    namespace) to race a native async backend -- by default the sync backend runs in
+    `ThreadedBackend`. A store made on an explicit sync backend (a recording wrapper)
+    runs it in threads.
+    """
+
+    @pytest.fixture
+    def async_backend_opener(self, backend_opener: Callable[[], Backend]) -> Callable[[], AsyncBackend]:
+        """Override to open a native async backend onto the same namespace."""
+        return functools.partial(_threaded, backend_opener)
+
+    @pytest.fixture
+    def make_store(
+        self, async_backend_opener: Callable[[], AsyncBackend], sealer: Sealer, clock: FakeClock
+    ) -> Iterator[Callable[..., AwaitingStore]]:
+        portal = _Portal()
+        opened: list[AwaitingStore] = []
+
+        def make(identity: str = "contract", **kw: Any) -> AwaitingStore:
+            kw.setdefault("sealer", sealer)
+            kw.setdefault("clock", clock)
+            given = kw.pop("backend", None)
+            backend = ThreadedBackend(given) if given is not None else async_backend_opener()
+            store = AwaitingStore(AsyncStore(backend, identity=identity, **kw), portal)
+            opened.append(store)
+            return store
+
+        try:
+            yield make
+        finally:
+            for store in opened:
+                store.close()
+            portal.close()
+
+    def _race_worker(
+        self, backend_opener: Callable[[], Backend], request: pytest.FixtureRequest
+    ) -> tuple[Callable[[], Any], Callable[..., None]]:
+        return request.getfixturevalue("async_backend_opener"), _aclaim_worker

@@ -8,13 +8,17 @@ import pytest
 
 import berth
 from berth.backends.file import FileBackend
-from berth.testing import StoreContract, make_envelope
+from berth.testing import AsyncStoreContract, StoreContract, make_envelope
 
 
 class TestFileContract(StoreContract):
     @pytest.fixture
     def backend_opener(self, tmp_path):
         return functools.partial(FileBackend, str(tmp_path / "store"))
+
+
+class TestFileAsyncContract(AsyncStoreContract, TestFileContract):
+    """The same cases through berth.aio (this backend in worker threads)."""
 
 
 def _modes(root):

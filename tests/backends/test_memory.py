@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from berth.backends.memory import MemoryBackend
-from berth.testing import StoreContract
+from berth.testing import AsyncStoreContract, StoreContract
 
 
 class TestMemoryContract(StoreContract):
@@ -16,6 +16,10 @@ class TestMemoryContract(StoreContract):
     def backend_opener(self, request: pytest.FixtureRequest):
         name = f"contract-{uuid.uuid4().hex}"
         return functools.partial(MemoryBackend.from_url, f"memory://{name}")
+
+
+class TestMemoryAsyncContract(AsyncStoreContract, TestMemoryContract):
+    """The same cases through berth.aio (this backend in worker threads)."""
 
 
 def test_plain_memory_url_is_private() -> None:

@@ -14,12 +14,12 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 import berth
-from berth.testing import StoreContract, make_envelope
+from berth.testing import AsyncStoreContract, StoreContract, make_envelope
 from tests.conftest import require
 from tests.reliability._proxy import FaultProxy
 
 psycopg = require("psycopg", "PostgreSQL")
-from berth.backends.postgres import SCHEMA_VERSION, PostgresBackend  # noqa: E402
+from berth.backends.postgres import SCHEMA_VERSION, AsyncPostgresBackend, PostgresBackend  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
@@ -53,6 +53,14 @@ class TestPostgresContract(StoreContract):
     @pytest.fixture
     def backend_opener(self, postgres_dsn: str, fresh_schema: str) -> Callable[[], PostgresBackend]:
         return functools.partial(PostgresBackend.from_url, postgres_dsn, schema=fresh_schema, pool_max_size=4)
+
+
+class TestPostgresAsyncContract(AsyncStoreContract, TestPostgresContract):
+    """The same cases through berth.aio, on psycopg's AsyncConnection (natively async)."""
+
+    @pytest.fixture
+    def async_backend_opener(self, postgres_dsn: str, fresh_schema: str) -> Callable[[], AsyncPostgresBackend]:
+        return functools.partial(AsyncPostgresBackend.from_url, postgres_dsn, schema=fresh_schema, pool_max_size=4)
 
 
 def _sealed_store(backend: PostgresBackend, identity: str = "pg") -> berth.Store:

@@ -19,14 +19,14 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 import berth
-from berth.testing import StoreContract, make_envelope
+from berth.testing import AsyncStoreContract, StoreContract, make_envelope
 from tests._net import free_port, wait_port
 from tests.conftest import require, unavailable
 from tests.reliability._proxy import FaultProxy
 
 redis = require("redis", "Redis")
 from berth.backends import redis as redis_backend  # noqa: E402
-from berth.backends.redis import DurabilityWarning, RedisBackend  # noqa: E402
+from berth.backends.redis import AsyncRedisBackend, DurabilityWarning, RedisBackend  # noqa: E402
 
 pytestmark = pytest.mark.redis
 
@@ -75,6 +75,14 @@ class TestRedisContract(StoreContract):
         # check_durability=False: this server runs without persistence on purpose; the
         # warning that causes is asserted in test_durability_warning_* below.
         return functools.partial(RedisBackend.from_url, redis_url, prefix=fresh_prefix, check_durability=False)
+
+
+class TestRedisAsyncContract(AsyncStoreContract, TestRedisContract):
+    """The same cases through berth.aio, on redis.asyncio (natively async)."""
+
+    @pytest.fixture
+    def async_backend_opener(self, redis_url: str, fresh_prefix: str) -> Callable[[], AsyncRedisBackend]:
+        return functools.partial(AsyncRedisBackend.from_url, redis_url, prefix=fresh_prefix, check_durability=False)
 
 
 def _sealed_store(backend: RedisBackend, identity: str = "rd") -> berth.Store:

@@ -9,13 +9,17 @@ import pytest
 
 import berth
 from berth.backends.sqlite import SqliteBackend
-from berth.testing import StoreContract, make_envelope
+from berth.testing import AsyncStoreContract, StoreContract, make_envelope
 
 
 class TestSqliteContract(StoreContract):
     @pytest.fixture
     def backend_opener(self, tmp_path):
         return functools.partial(SqliteBackend, str(tmp_path / "berth.db"))
+
+
+class TestSqliteAsyncContract(AsyncStoreContract, TestSqliteContract):
+    """The same cases through berth.aio (this backend in worker threads)."""
 
 
 def test_database_file_is_private(tmp_path) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 from berth._errors import BerthError
 from berth._token import Token
 
-__all__ = ["Backend", "Head", "open_backend", "registry"]
+__all__ = ["Backend", "Head", "aio_registry", "backend_class", "open_backend", "registry"]
 
 Head = tuple[str, bytes, Token, int]
 """(name, the first bytes of the stored data, its token, the data's full size)."""
@@ -59,8 +59,18 @@ registry: dict[str, tuple[str, str, str | None]] = {
 }
 
 
-def open_backend(url: str, **options: Any) -> Any:
-    """Open the backend for `url`, importing its module (and client library) only now."""
+# scheme -> the class of its native async twin (in the same module); other schemes run in threads.
+aio_registry: dict[str, str] = {
+    "postgres": "AsyncPostgresBackend",
+    "postgresql": "AsyncPostgresBackend",
+    "redis": "AsyncRedisBackend",
+    "rediss": "AsyncRedisBackend",
+}
+
+
+def backend_class(url: str, *, native_async: bool = False) -> Any:
+    """The backend class for `url`'s scheme (its async twin with `native_async`, or None if it has none),
+    importing its module (and client library) only now."""
     scheme, sep, _ = url.partition("://")
     if not sep:
         raise BerthError(f"store URL {url!r} has no scheme: use one of {', '.join(s + '://' for s in registry)}")
@@ -68,6 +78,10 @@ def open_backend(url: str, **options: Any) -> Any:
     if entry is None:
         raise BerthError(f"unknown store scheme {scheme!r}: use one of {', '.join(s + '://' for s in registry)}")
     module_name, cls_name, extra = entry
+    if native_async:
+        cls_name = aio_registry.get(scheme.lower(), "")
+        if not cls_name:
+            return None
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -76,4 +90,9 @@ def open_backend(url: str, **options: Any) -> Any:
                 f"the {scheme}:// backend needs the {exc.name!r} package: pip install 'berth[{extra}]'"
             ) from exc
         raise
-    return getattr(module, cls_name).from_url(url, **options)
+    return getattr(module, cls_name)
+
+
+def open_backend(url: str, **options: Any) -> Any:
+    """Open the backend for `url`, importing its module (and client library) only now."""
+    return backend_class(url).from_url(url, **options)

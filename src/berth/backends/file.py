@@ -19,7 +19,7 @@ import secrets
 import stat
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlsplit
 
 from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._token import Token
+from berth.backends._bulk import Head, sorted_names
 
 __all__ = ["FileBackend"]
 
@@ -257,16 +258,32 @@ class FileBackend:
             if name is not None and name.startswith(prefix):
                 yield name
 
-    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, bytes, Token, int]]:
-        """(name, first `size` bytes, token, full size) of every frame under `prefix`."""
+    def _named(self, prefix: str) -> Iterator[tuple[str, str]]:
         for entry in self._candidates(prefix):
             name = self._name_of(entry)
-            if name is None or not name.startswith(prefix):
-                continue
-            found = self._read(entry.path, name, limit=_HEAD.size + len(name.encode()) + size)
+            if name is not None and name.startswith(prefix):
+                yield name, entry.path
+
+    def _heads_of(self, named: Iterable[tuple[str, str]], size: int) -> Iterator[Head]:
+        for name, path in named:
+            found = self._read(path, name, limit=_HEAD.size + len(name.encode()) + size)
             if found is not None:
                 view, gen, full = found
                 yield name, bytes(view), Token(gen), full
+
+    def heads(self, prefix: str, size: int) -> Iterator[Head]:
+        """(name, first `size` bytes, token, full size) of every frame under `prefix`."""
+        return self._heads_of(self._named(prefix), size)
+
+    def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
+        """Heads under `prefix` in name order.
+
+        File names are hashes, so every file's name is read (its first bytes, not the
+        frame) and ordered in memory: O(limit) with a limit, else O(names); then the
+        heads wanted are read.
+        """
+        named = sorted_names(self._named(prefix), limit, reverse)  # (name, path) tuples order by name
+        return self._heads_of(named, size)
 
     def close(self) -> None:
         pass

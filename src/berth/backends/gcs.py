@@ -23,7 +23,7 @@ otherwise application default credentials.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -39,6 +39,7 @@ from requests import RequestException
 
 from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._token import Token
+from berth.backends._bulk import Head, sorted_names
 from berth.backends._objects import ObjectNames
 
 __all__ = ["GcsBackend"]
@@ -343,13 +344,25 @@ class GcsBackend:
         for name, _ in self._listed(prefix):
             yield name
 
-    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, bytes, Token, int]]:
+    def heads(self, prefix: str, size: int) -> Iterator[Head]:
         """(name, first `size` bytes, generation, full size) under `prefix`, by ranged reads.
 
         Raises:
             BackendError: GCS failed.
         """
-        for name, listed in self._listed(prefix):
+        return self._heads_of(self._listed(prefix), size)
+
+    def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
+        """Heads under `prefix` in name order: the listing (names only) ordered in memory -- O(limit)
+        with a limit, else O(names) -- then one ranged read per head.
+
+        Raises:
+            BackendError: GCS failed.
+        """
+        return self._heads_of(sorted_names(self._listed(prefix), limit, reverse), size)
+
+    def _heads_of(self, listed_blobs: Iterable[tuple[str, Any]], size: int) -> Iterator[Head]:
+        for name, listed in listed_blobs:
             full = int(listed.size or 0)
             if full == 0 or size <= 0:
                 yield name, b"", Token(int(listed.generation)), full

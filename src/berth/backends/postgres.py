@@ -19,6 +19,7 @@ reading a header (`substring`) fetches only the first TOAST chunk.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import re
@@ -27,7 +28,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -39,8 +40,10 @@ from psycopg import sql
 
 from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._token import Token
+from berth.backends._aio import AsyncBackend
+from berth.backends._bulk import Head, upper_bound
 
-__all__ = ["SCHEMA_VERSION", "PostgresBackend"]
+__all__ = ["SCHEMA_VERSION", "AsyncPostgresBackend", "PostgresBackend"]
 
 SCHEMA_VERSION = 1
 """The table layout this berth creates and reads; `setup()` migrates older ones up to it."""
@@ -98,12 +101,12 @@ class _Lease:
 
     __slots__ = ("conn", "cursors", "since")
 
-    def __init__(self, conn: psycopg.Connection[Any]):
+    def __init__(self, conn: Any):  # a psycopg Connection, or an AsyncConnection in _AsyncPool
         self.conn = conn
-        self.cursors: dict[str, psycopg.Cursor[Any]] = {}
+        self.cursors: dict[str, Any] = {}
         self.since = 0.0
 
-    def cursor(self, key: str, binary: bool) -> psycopg.Cursor[Any]:
+    def cursor(self, key: str, binary: bool) -> Any:
         cur = self.cursors.get(key)
         if cur is None:
             cur = self.cursors[key] = self.conn.cursor(binary=binary)
@@ -243,19 +246,47 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _upper_bound(prefix: str) -> str | None:
-    """The least string greater than every string starting with `prefix` (code point order), or None."""
-    chars = list(prefix)
-    while chars:
-        code = ord(chars[-1])
-        if code < 0x10FFFF:
-            code += 1
-            if 0xD800 <= code <= 0xDFFF:
-                code = 0xE000
-            chars[-1] = chr(code)
-            return "".join(chars)
-        chars.pop()
-    return None
+def _head(row: tuple[Any, ...]) -> Head:
+    name, head, gen, full = row
+    return name, head, Token(int(gen)), int(full)
+
+
+def _got_many(names: Sequence[str], rows: list[tuple[Any, ...]]) -> list[tuple[bytes, Token] | None]:
+    found = {name: (data, Token(int(gen))) for name, data, gen in rows}
+    return [found.get(name) for name in names]
+
+
+class _Pager:
+    """The keyset pages of one listing: `next()` gives the next (statement, parameters), `feed` its rows.
+
+    `limit` rows newest-first (`reverse`) are one bounded index scan of the primary key.
+    """
+
+    def __init__(
+        self, statements: dict[str, bytes], kind: str, prefix: str, size: int, limit: int | None, reverse: bool
+    ):
+        below = upper_bound(prefix)
+        self._statements = statements
+        self._key = f"{kind}:{{}}:{below is not None}:{reverse}"
+        self._params: dict[str, Any] = {"after": prefix, "prefix": prefix, "below": below, "size": size}
+        self._first = True
+        self._remaining = limit
+        self._done = False
+
+    def next(self) -> tuple[bytes, dict[str, Any]] | None:
+        if self._done or (self._remaining is not None and self._remaining <= 0):
+            return None
+        self._params["n"] = _PAGE if self._remaining is None else min(_PAGE, self._remaining)
+        return self._statements[self._key.format(self._first)], self._params
+
+    def feed(self, rows: list[tuple[Any, ...]]) -> None:
+        if len(rows) < self._params["n"]:
+            self._done = True
+            return
+        if self._remaining is not None:
+            self._remaining -= len(rows)
+        self._params["after"] = rows[-1][0]
+        self._first = False
 
 
 class PostgresBackend:
@@ -303,7 +334,8 @@ class PostgresBackend:
         self._q = self._statements()
         self._ready = False
         self._ready_lock = threading.Lock()
-        self._pool = _Pool(conninfo, kwargs, pool_max_size, pool_timeout, pool_max_idle)
+        self._pool_args = (conninfo, kwargs, pool_max_size, pool_timeout, pool_max_idle)
+        self._pool = _Pool(*self._pool_args)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresBackend:
@@ -363,12 +395,27 @@ class PostgresBackend:
         for kind, columns in cols.items():
             for first in (True, False):
                 for bounded in (True, False):
-                    where = "name >= %(after)s" if first else "name > %(after)s"
-                    if bounded:
-                        where += " AND name < %(below)s"
-                    out[f"{kind}:{first}:{bounded}"] = q(
-                        f"SELECT {columns} FROM {{schema}}.{{table}} WHERE {where} ORDER BY name LIMIT {_PAGE}"
-                    )
+                    for reverse in (True, False):
+                        if not reverse:
+                            where = "name >= %(after)s" if first else "name > %(after)s"
+                            if bounded:
+                                where += " AND name < %(below)s"
+                        else:
+                            where = "name >= %(prefix)s"
+                            if not first:
+                                where += " AND name < %(after)s"
+                            elif bounded:
+                                where += " AND name < %(below)s"
+                        order = "DESC" if reverse else "ASC"
+                        out[f"{kind}:{first}:{bounded}:{reverse}"] = q(
+                            f"SELECT {columns} FROM {{schema}}.{{table}} WHERE {where} "
+                            f"ORDER BY name {order} LIMIT %(n)s"
+                        )
+        out["get_many"] = q("SELECT name, data, gen FROM {schema}.{table} WHERE name = ANY(%s)")
+        out["delete_many"] = q(
+            "DELETE FROM {schema}.{table} AS t USING unnest(%s::text[], %s::bigint[]) AS d(name, gen) "
+            "WHERE t.name = d.name AND t.gen = d.gen RETURNING t.name, t.gen"
+        )
         return out
 
     # --- migration --------------------------------------------------------------------
@@ -463,7 +510,7 @@ class PostgresBackend:
         try:
             lease = pool.take()
             try:
-                row = lease.cursor(key, binary).execute(self._q[key], params).fetchone()
+                row: tuple[Any, ...] | None = lease.cursor(key, binary).execute(self._q[key], params).fetchone()
                 if large or (binary and row is not None and len(row[0]) > _KEEP_BYTES):
                     lease.release(key)
                 return row
@@ -474,18 +521,25 @@ class PostgresBackend:
 
     def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
         """Store `data` under `name` with a new generation (conditionally if asked)."""
+        key, params = self._put_statement(name, data, if_match, if_absent)
+        if not self._ready:
+            self._ensure_ready()
+        return self._put_token(name, self._run("save", name, key, params, large=len(data) > _KEEP_BYTES), if_absent)
+
+    def _put_statement(
+        self, name: str, data: bytes, if_match: Token | None, if_absent: bool
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The statement and parameters of a put (its conditions checked first: no round trip for a bad one)."""
         if if_match is not None:
             if if_absent:
                 raise TokenMismatch(f"{name!r} cannot be both absent and at generation {if_match.value!r}")
             if not self._is_gen(if_match):
                 raise TokenMismatch(f"{name!r} is not at generation {if_match.value!r}")
-        if not self._ready:
-            self._ensure_ready()
-        if if_match is not None:
-            row = self._run("save", name, "put_match", (data, name, if_match.value), large=len(data) > _KEEP_BYTES)
-        else:
-            key = "put_absent" if if_absent else "put"
-            row = self._run("save", name, key, (name, data), large=len(data) > _KEEP_BYTES)
+            return "put_match", (data, name, if_match.value)
+        return ("put_absent" if if_absent else "put"), (name, data)
+
+    @staticmethod
+    def _put_token(name: str, row: tuple[Any, ...] | None, if_absent: bool) -> Token:
         if row is None:
             if if_absent:
                 raise TokenMismatch(f"{name!r} already exists")
@@ -501,11 +555,18 @@ class PostgresBackend:
 
     def delete(self, name: str, token: Token) -> None:
         """Remove `name` only if its generation is `token`; else `TokenMismatch`."""
-        if not self._is_gen(token):
-            raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
+        self._check_gen(name, token)
         if not self._ready:
             self._ensure_ready()
-        if self._run("delete", name, "delete", (name, token.value)) is None:
+        self._deleted(name, token, self._run("delete", name, "delete", (name, token.value)))
+
+    def _check_gen(self, name: str, token: Token) -> None:
+        if not self._is_gen(token):
+            raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
+
+    @staticmethod
+    def _deleted(name: str, token: Token, row: tuple[Any, ...] | None) -> None:
+        if row is None:
             raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
 
     @staticmethod
@@ -513,33 +574,62 @@ class PostgresBackend:
         value = token.value
         return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= _INT64_MAX
 
-    def _pages(self, kind: str, prefix: str, size: int = 0) -> Iterator[tuple[Any, ...]]:
+    def _pages(
+        self, kind: str, prefix: str, size: int = 0, *, limit: int | None = None, reverse: bool = False
+    ) -> Iterator[tuple[Any, ...]]:
         # One short statement per page, each on whatever pooled connection is
         # free: nothing stays open between pages, so a slow consumer holds no
         # snapshot, lock or connection.
-        below = _upper_bound(prefix)
-        params: dict[str, Any] = {"after": prefix, "below": below, "size": size}
-        first = True
+        pager = _Pager(self._q, kind, prefix, size, limit, reverse)
         self._ensure_ready()
-        while True:
-            query = self._q[f"{kind}:{first}:{below is not None}"]
+        while (step := pager.next()) is not None:
             with _mapped("list", prefix), self._pool.connection() as conn:
-                rows = conn.execute(query, params, binary=True).fetchall()
+                rows = conn.execute(*step, binary=True).fetchall()
+            pager.feed(rows)
             yield from rows
-            if len(rows) < _PAGE:
-                return
-            params["after"] = rows[-1][0]
-            first = False
 
     def scan(self, prefix: str) -> Iterator[str]:
         """Every name starting with `prefix`, in name order, a page at a time."""
         for row in self._pages("names", prefix):
             yield row[0]
 
-    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, bytes, Token, int]]:
+    def heads(self, prefix: str, size: int) -> Iterator[Head]:
         """(name, first `size` bytes, token, full size) of every frame under `prefix`."""
-        for name, head, gen, full in self._pages("heads", prefix, size):
-            yield name, head, Token(int(gen)), int(full)
+        return self.sorted_heads(prefix, size, limit=None, reverse=False)
+
+    def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
+        """Heads under `prefix` in name order; `limit=1, reverse=True` is one indexed query."""
+        for row in self._pages("heads", prefix, size, limit=limit, reverse=reverse):
+            yield _head(row)
+
+    def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
+        """Every name's data and generation (or None), in one statement."""
+        if not names:
+            return []
+        self._ensure_ready()
+        with _mapped("load", names[0]), self._pool.connection() as conn:
+            rows = conn.execute(self._q["get_many"], (list(names),), binary=True).fetchall()
+        return _got_many(names, rows)
+
+    def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
+        """Delete each name still at its token, in one statement; whether each was deleted."""
+        params = self._delete_many_params(items)
+        if params is None:
+            return [False] * len(items)
+        self._ensure_ready()
+        with _mapped("delete", params[0][0]), self._pool.connection() as conn:
+            rows = conn.execute(self._q["delete_many"], params).fetchall()
+        return self._deleted_many(items, rows)
+
+    def _delete_many_params(self, items: Sequence[tuple[str, Token]]) -> tuple[list[str], list[int]] | None:
+        valid = [(name, int(token.value)) for name, token in items if self._is_gen(token)]
+        if not valid:
+            return None
+        return [n for n, _ in valid], [g for _, g in valid]
+
+    def _deleted_many(self, items: Sequence[tuple[str, Token]], rows: list[tuple[Any, ...]]) -> list[bool]:
+        gone = {(name, int(gen)) for name, gen in rows}
+        return [self._is_gen(token) and (name, int(token.value)) in gone for name, token in items]
 
     def close(self) -> None:
         """Close the idle connections; connections in use close when their call returns."""
@@ -547,3 +637,223 @@ class PostgresBackend:
 
     def __repr__(self) -> str:
         return f"PostgresBackend({self.schema}.{self.table})"
+
+
+# --- async: psycopg's AsyncConnection, natively --------------------------------------------------
+
+
+class _AsyncPool:
+    """`_Pool`'s async twin for one event loop: the same rules, awaited.
+
+    At most `max_size` connections; idle ones reused newest first; a connection
+    the server closed (restart, `pg_terminate_backend`) is noticed without a
+    round trip -- its socket is readable while idle -- and dropped before use; a
+    connection is made by the task that needs one, so the first call after the
+    server comes back connects at once. Waiters queue in order, each with
+    `pool_timeout`. Not psycopg_pool's AsyncConnectionPool, for the reason the
+    sync pool is not its ConnectionPool: a background reconnect schedule to
+    wait out after a restart (see the fault trials in docs/reliability.md).
+    """
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], max_size: int, timeout: float, max_idle: float):
+        self._conninfo = conninfo
+        self._kwargs = kwargs
+        self._max_size = max_size
+        self._timeout = timeout
+        self._max_idle = max_idle
+        self._closed = False
+        self._idle: deque[_Lease] = deque()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._size = 0
+
+    def _reusable(self, lease: _Lease) -> bool:
+        conn = lease.conn
+        return (
+            time.monotonic() - lease.since < self._max_idle
+            and conn.pgconn.transaction_status == _IDLE_TX
+            and not select.select([conn.pgconn.socket], [], [], 0)[0]
+        )
+
+    async def take(self) -> _Lease:
+        deadline = 0.0
+        while True:
+            if self._closed:
+                raise psycopg.OperationalError("the backend is closed")
+            while self._idle:
+                lease = self._idle.pop()
+                if self._reusable(lease):
+                    return lease
+                await self._drop(lease)
+            if self._size < self._max_size:
+                self._size += 1
+                try:
+                    return _Lease(await psycopg.AsyncConnection.connect(self._conninfo, **self._kwargs))
+                except BaseException:
+                    self._forget()
+                    raise
+            if not deadline:
+                deadline = time.monotonic() + self._timeout
+            remaining = deadline - time.monotonic()
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                if remaining <= 0:
+                    raise TimeoutError
+                await asyncio.wait_for(waiter, remaining)
+            except TimeoutError:
+                raise psycopg.OperationalError(
+                    f"no free connection within {self._timeout:g} s (pool_timeout)"
+                ) from None
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def give(self, lease: _Lease) -> None:
+        if not self._closed and lease.conn.pgconn.transaction_status == _IDLE_TX:
+            lease.since = time.monotonic()
+            self._idle.append(lease)
+            self._wake_one()
+        else:
+            await self._drop(lease)
+
+    async def _drop(self, lease: _Lease) -> None:
+        try:
+            await lease.conn.close()
+        finally:
+            self._forget()
+
+    def _forget(self) -> None:
+        self._size -= 1
+        self._wake_one()
+
+    async def close(self) -> None:
+        self._closed = True
+        while self._idle:
+            await self._drop(self._idle.pop())
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+class AsyncPostgresBackend(AsyncBackend):
+    """`PostgresBackend` awaited, on psycopg's AsyncConnection: the same table, statements and semantics.
+
+    Holds a `PostgresBackend` (`sync`) for the statements and the schema: `setup`
+    and the lazy first-use migration run in a worker thread, once.
+    """
+
+    def __init__(self, sync: PostgresBackend):
+        self.sync = sync
+        self._q = sync._q
+        self._pool = _AsyncPool(*sync._pool_args)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> AsyncPostgresBackend:
+        return cls(PostgresBackend.from_url(url, **options))
+
+    def __repr__(self) -> str:
+        return f"AsyncPostgresBackend({self.sync.schema}.{self.sync.table})"
+
+    async def setup(self) -> None:
+        await asyncio.to_thread(self.sync.setup)
+
+    async def _ready(self) -> None:
+        if not self.sync._ready:
+            await asyncio.to_thread(self.sync._ensure_ready)
+
+    async def _run(
+        self, what: str, name: str, key: str, params: Any, *, binary: bool = False, large: bool = False
+    ) -> tuple[Any, ...] | None:
+        pool = self._pool
+        try:
+            lease = await pool.take()
+            try:
+                cur = lease.cursor(key, binary)
+                await cur.execute(self._q[key], params)
+                row: tuple[Any, ...] | None = await cur.fetchone()
+                if large or (binary and row is not None and len(row[0]) > _KEEP_BYTES):
+                    cur = lease.cursors.pop(key)
+                    await cur.close()
+                return row
+            finally:
+                await pool.give(lease)
+        except psycopg.Error as exc:
+            raise _backend_error(what, name, exc) from exc
+
+    async def _fetchall(self, what: str, name: str, query: bytes, params: Any, binary: bool) -> list[Any]:
+        pool = self._pool
+        try:
+            lease = await pool.take()
+            try:
+                cur = lease.conn.cursor(binary=binary)
+                try:
+                    await cur.execute(query, params)
+                    rows: list[Any] = await cur.fetchall()
+                    return rows
+                finally:
+                    await cur.close()
+            finally:
+                await pool.give(lease)
+        except psycopg.Error as exc:
+            raise _backend_error(what, name, exc) from exc
+
+    async def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
+        key, params = self.sync._put_statement(name, data, if_match, if_absent)
+        await self._ready()
+        row = await self._run("save", name, key, params, large=len(data) > _KEEP_BYTES)
+        return self.sync._put_token(name, row, if_absent)
+
+    async def get(self, name: str) -> tuple[bytes, Token] | None:
+        await self._ready()
+        row = await self._run("load", name, "get", (name,), binary=True)
+        return None if row is None else (row[0], Token(row[1]))
+
+    async def delete(self, name: str, token: Token) -> None:
+        self.sync._check_gen(name, token)
+        await self._ready()
+        self.sync._deleted(name, token, await self._run("delete", name, "delete", (name, token.value)))
+
+    async def _pages(
+        self, kind: str, prefix: str, size: int, limit: int | None, reverse: bool
+    ) -> AsyncIterator[tuple[Any, ...]]:
+        pager = _Pager(self._q, kind, prefix, size, limit, reverse)
+        await self._ready()
+        while (step := pager.next()) is not None:
+            rows = await self._fetchall("list", prefix, *step, binary=True)
+            pager.feed(rows)
+            for row in rows:
+                yield row
+
+    def heads(self, prefix: str, size: int) -> AsyncIterator[Head]:
+        return self.sorted_heads(prefix, size, limit=None, reverse=False)
+
+    async def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> AsyncIterator[Head]:
+        async for row in self._pages("heads", prefix, size, limit, reverse):
+            yield _head(row)
+
+    async def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
+        if not names:
+            return []
+        await self._ready()
+        rows = await self._fetchall("load", names[0], self._q["get_many"], (list(names),), True)
+        return _got_many(names, rows)
+
+    async def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
+        params = self.sync._delete_many_params(items)
+        if params is None:
+            return [False] * len(items)
+        await self._ready()
+        rows = await self._fetchall("delete", params[0][0], self._q["delete_many"], params, False)
+        return self.sync._deleted_many(items, rows)
+
+    async def aclose(self) -> None:
+        await self._pool.close()
+        await asyncio.to_thread(self.sync.close)

@@ -21,6 +21,7 @@ server (`DurabilityWarning`) when that can happen.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import re
@@ -29,7 +30,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -40,8 +41,10 @@ from redis.retry import Retry
 
 from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._token import Token
+from berth.backends._aio import AsyncBackend
+from berth.backends._bulk import Head, sorted_names
 
-__all__ = ["DurabilityWarning", "RedisBackend"]
+__all__ = ["AsyncRedisBackend", "DurabilityWarning", "RedisBackend"]
 
 log = logging.getLogger("berth")
 
@@ -112,6 +115,34 @@ def _str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _client_args(url: str, options: dict[str, Any], retry: Any = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(URL for redis-py, options for redis-py, berth's own options) of a `redis://` URL and keywords."""
+    parts = urlsplit(url)
+    kept = []
+    for item in parts.query.split("&") if parts.query else []:
+        raw_key, _, raw_value = item.partition("=")
+        key, value = unquote(raw_key), unquote(raw_value)
+        convert = _URL_OPTIONS.get(key)
+        if convert is None:
+            kept.append(item)
+            continue
+        try:
+            options.setdefault(key, convert(value))
+        except ValueError:
+            raise BerthError(f"redis URL option {key}={value!r} is not valid") from None
+    own = {k: options.pop(k) for k in list(options) if k in _URL_OPTIONS}
+    for forbidden in ("decode_responses", "retry", "retry_on_error", "retry_on_timeout"):
+        if forbidden in options:
+            raise BerthError(f"redis option {forbidden!r} is berth's to set, not the caller's")
+    options.setdefault("socket_timeout", 10.0)
+    options.setdefault("socket_connect_timeout", 5.0)
+    # No automatic retries: a write whose reply was lost may have happened,
+    # and re-running a claim could turn a win into a reported loss.
+    options["retry"] = retry if retry is not None else Retry(NoBackoff(), 0)
+    options["decode_responses"] = False
+    return urlunsplit(parts._replace(query="&".join(kept))), options, own
+
+
 class RedisBackend:
     """Frames as Redis strings under one key prefix; safe across threads, processes and hosts.
 
@@ -151,31 +182,8 @@ class RedisBackend:
     def from_url(cls, url: str, **options: Any) -> RedisBackend:
         """Open `redis://` or `rediss://` with berth's options (`prefix`, `check_durability`,
         `wait_replicas`, `wait_timeout`) from the query or keywords; the rest go to redis-py."""
-        parts = urlsplit(url)
-        kept = []
-        for item in parts.query.split("&") if parts.query else []:
-            raw_key, _, raw_value = item.partition("=")
-            key, value = unquote(raw_key), unquote(raw_value)
-            convert = _URL_OPTIONS.get(key)
-            if convert is None:
-                kept.append(item)
-                continue
-            try:
-                options.setdefault(key, convert(value))
-            except ValueError:
-                raise BerthError(f"redis URL option {key}={value!r} is not valid") from None
-        own = {k: options.pop(k) for k in list(options) if k in _URL_OPTIONS}
-        for forbidden in ("decode_responses", "retry", "retry_on_error", "retry_on_timeout"):
-            if forbidden in options:
-                raise BerthError(f"redis option {forbidden!r} is berth's to set, not the caller's")
-        options.setdefault("socket_timeout", 10.0)
-        options.setdefault("socket_connect_timeout", 5.0)
-        # No automatic retries: a write whose reply was lost may have happened,
-        # and re-running a claim could turn a win into a reported loss.
-        options["retry"] = Retry(NoBackoff(), 0)
-        options["decode_responses"] = False
-        client = redis.Redis.from_url(urlunsplit(parts._replace(query="&".join(kept))), **options)
-        return cls(client, **own)
+        client_url, client_options, own = _client_args(url, options)
+        return cls(redis.Redis.from_url(client_url, **client_options), **own)
 
     # --- durability -------------------------------------------------------------------
 
@@ -271,12 +279,16 @@ class RedisBackend:
         queue(pipe)
         pipe.wait(replicas, timeout)
         result, acked = pipe.execute()
+        self._check_acked(name, acked)
+        return result
+
+    def _check_acked(self, name: str, acked: Any) -> None:
+        replicas, timeout = self._wait
         if int(acked) < replicas:
             raise BackendError(
                 f"redis backend wrote {name!r} but only {acked} of {replicas} replicas acknowledged it "
                 f"within {timeout} ms: it may not survive a failover"
             )
-        return result
 
     def _read_again(self, exc: redis.exceptions.RedisError, what: str, name: str, call: Callable[[], Any]) -> Any:
         """`call` (an idempotent read) failed with `exc`: retry it after a connection error or a timeout."""
@@ -302,9 +314,7 @@ class RedisBackend:
         """Store `data` under `name` with a new generation (conditionally if asked)."""
         if if_match is not None:
             return self._put_matching(name, data, if_match, if_absent)
-        gen = secrets.randbits(62) + 1
-        key = self._frames + name
-        value = b"".join((_gen_text(gen), data))
+        key, value, gen = self._new_value(name, data)
         # SET replaces the value atomically, as the script did; NX writes nothing if the key exists.
         args = (key, value, "NX") if if_absent else (key, value)
         try:
@@ -314,19 +324,30 @@ class RedisBackend:
                 done = self._command("SET", *args)
         except redis.exceptions.RedisError as exc:
             _failed("save", name, exc)
-        if not done:
-            raise TokenMismatch(f"{name!r} already exists")
-        return Token(gen)
+        return self._put_token(name, done, gen, "already exists")
 
-    def _put_matching(self, name: str, data: bytes, if_match: Token, if_absent: bool) -> Token:
+    def _new_value(self, name: str, data: bytes) -> tuple[str, bytes, int]:
+        """(Redis key, value to SET, its fresh generation) of a save of `data` under `name`."""
+        gen = secrets.randbits(62) + 1
+        return self._frames + name, b"".join((_gen_text(gen), data)), gen
+
+    def _expected(self, name: str, if_match: Token, if_absent: bool) -> bytes:
+        """The stored generation a conditional save compares with (its conditions checked first)."""
         if if_absent:
             raise TokenMismatch(f"{name!r} cannot be both absent and at generation {if_match.value!r}")
         if not self._is_gen(if_match):
             raise TokenMismatch(f"{name!r} is not at generation {if_match.value!r}")
-        expected = _gen_text(int(if_match.value))
-        gen = secrets.randbits(62) + 1
-        key = self._frames + name
-        value = b"".join((_gen_text(gen), data))
+        return _gen_text(int(if_match.value))
+
+    @staticmethod
+    def _put_token(name: str, done: Any, gen: int, why: str) -> Token:
+        if not done:
+            raise TokenMismatch(f"{name!r} {why}")
+        return Token(gen)
+
+    def _put_matching(self, name: str, data: bytes, if_match: Token, if_absent: bool) -> Token:
+        expected = self._expected(name, if_match, if_absent)
+        key, value, gen = self._new_value(name, data)
         try:
             if self._replicas:
                 done = self._waited(
@@ -336,9 +357,7 @@ class RedisBackend:
                 done = self._eval(self._put_if_match, key, value, expected)
         except redis.exceptions.RedisError as exc:
             _failed("save", name, exc)
-        if done is None:
-            raise TokenMismatch(f"{name!r} changed since it was read")
-        return Token(gen)
+        return self._put_token(name, done is not None, gen, "changed since it was read")
 
     def get(self, name: str) -> tuple[bytes, Token] | None:
         """The frame under `name` and its generation, or None.
@@ -349,6 +368,9 @@ class RedisBackend:
             raw = self._command("GET", key)
         except redis.exceptions.RedisError as exc:
             raw = self._read_again(exc, "load", name, functools.partial(self._command, "GET", key))
+        return self._got(name, raw)
+
+    def _got(self, name: str, raw: bytes | None) -> tuple[bytes, Token] | None:
         if raw is None:
             return None
         gen = self._parse_gen(name, raw[:_GEN_DIGITS])
@@ -357,10 +379,7 @@ class RedisBackend:
 
     def delete(self, name: str, token: Token) -> None:
         """Remove `name` only if its generation is `token`; else `TokenMismatch`."""
-        if not self._is_gen(token):
-            raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
-        key = self._frames + name
-        expected = _gen_text(int(token.value))
+        key, expected = self._delete_args(name, token)
         try:
             if self._replicas:
                 deleted = self._waited(lambda pipe: self._delete(keys=[key], args=[expected], client=pipe), name)
@@ -368,6 +387,15 @@ class RedisBackend:
                 deleted = self._eval(self._delete, key, expected)
         except redis.exceptions.RedisError as exc:
             _failed("delete", name, exc)
+        self._deleted(name, token, deleted)
+
+    def _delete_args(self, name: str, token: Token) -> tuple[str, bytes]:
+        if not self._is_gen(token):
+            raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
+        return self._frames + name, _gen_text(int(token.value))
+
+    @staticmethod
+    def _deleted(name: str, token: Token, deleted: Any) -> None:
         if not deleted:
             raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
 
@@ -385,25 +413,33 @@ class RedisBackend:
     def _batches(self, prefix: str) -> Iterator[list[str]]:
         # SCAN in batches: the server keeps no state between calls, so a slow
         # consumer holds nothing; a key present throughout is seen at least once.
-        match = _GLOB.sub(r"\\\1", self._frames + prefix) + "*"
-        full = self._frames + prefix
+        match = self._match(prefix)
         cursor: int = 0
         while True:
             cursor, keys = self._read(
                 functools.partial(self.client.scan, cursor, match=match, count=_SCAN_COUNT), "list", prefix
             )
-            names = []
-            for raw in cast("list[bytes]", keys):
-                try:
-                    key = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    continue
-                if key.startswith(full):
-                    names.append(key)
+            names = self._ours(keys, prefix)
             if names:
                 yield names
             if int(cursor) == 0:
                 return
+
+    def _match(self, prefix: str) -> str:
+        return _GLOB.sub(r"\\\1", self._frames + prefix) + "*"
+
+    def _ours(self, keys: Any, prefix: str) -> list[str]:
+        """The SCANned `keys` that are frames under `prefix`, decoded."""
+        full = self._frames + prefix
+        names = []
+        for raw in cast("list[bytes]", keys):
+            try:
+                key = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if key.startswith(full):
+                names.append(key)
+        return names
 
     def scan(self, prefix: str) -> Iterator[str]:
         """Every name starting with `prefix` (in no particular order), a SCAN batch at a time."""
@@ -412,21 +448,71 @@ class RedisBackend:
             for key in keys:
                 yield key[skip:]
 
-    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, bytes, Token, int]]:
+    def heads(self, prefix: str, size: int) -> Iterator[Head]:
         """(name, first `size` bytes, token, full size) of every frame under `prefix`."""
-        skip = len(self._frames)
-        for keys in self._batches(prefix):
+        return self._heads_of(self._batches(prefix), size, prefix)
+
+    def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
+        """Heads under `prefix` in name order.
+
+        Redis keeps no order: the names under the prefix are SCANned (names only, no
+        frame bytes), ordered in memory (O(limit) with a limit, else O(names)), and the
+        heads of the ones wanted read in batches of one script call each.
+        """
+        keys = sorted_names((key for batch in self._batches(prefix) for key in batch), limit, reverse)
+        batches = (keys[i : i + _SCAN_COUNT] for i in range(0, len(keys), _SCAN_COUNT))
+        return self._heads_of(batches, size, prefix)
+
+    def _heads_of(self, batches: Iterable[list[str]], size: int, prefix: str) -> Iterator[Head]:
+        for keys in batches:
             rows = self._read(functools.partial(self._heads, keys=keys, args=[size]), "list", prefix)
-            for key, (head, length) in zip(keys, rows, strict=True):
-                if not head:  # deleted since the SCAN
-                    continue
-                name = key[skip:]
-                yield (
-                    name,
-                    head[_GEN_DIGITS:],
-                    Token(self._parse_gen(name, head[:_GEN_DIGITS])),
-                    int(length) - _GEN_DIGITS,
-                )
+            yield from self._head_rows(keys, rows)
+
+    def _head_rows(self, keys: list[str], rows: Any) -> Iterator[Head]:
+        skip = len(self._frames)
+        for key, (head, length) in zip(keys, rows, strict=True):
+            if not head:  # deleted since the SCAN
+                continue
+            name = key[skip:]
+            token = Token(self._parse_gen(name, head[:_GEN_DIGITS]))
+            yield name, head[_GEN_DIGITS:], token, int(length) - _GEN_DIGITS
+
+    def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
+        """Every name's frame and generation (or None), in one MGET."""
+        if not names:
+            return []
+        keys = [self._frames + name for name in names]
+        raws = self._read(functools.partial(self._command, "MGET", *keys), "load", names[0])
+        return [self._got(name, raw) for name, raw in zip(names, raws, strict=True)]
+
+    def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
+        """Delete each name still at its token: one pipeline of compare-and-delete scripts (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        first = self._queue_deletes(pipe, items)
+        if first is None:
+            return [False] * len(items)
+        try:
+            results = pipe.execute()
+        except redis.exceptions.RedisError as exc:
+            _failed("delete", first, exc)
+        return self._deleted_many(items, results, first)
+
+    def _queue_deletes(self, pipe: Any, items: Sequence[tuple[str, Token]]) -> str | None:
+        """Queue a compare-and-delete per valid item (and a WAIT); the first name queued, or None."""
+        first = None
+        for name, token in items:
+            if self._is_gen(token):
+                first = first or name
+                self._delete(keys=[self._frames + name], args=[_gen_text(int(token.value))], client=pipe)
+        if first is not None and self._replicas:
+            pipe.wait(*self._wait)
+        return first
+
+    def _deleted_many(self, items: Sequence[tuple[str, Token]], results: list[Any], first: str) -> list[bool]:
+        if self._replicas:
+            self._check_acked(first, results[-1])
+        hits = iter(results)
+        return [bool(next(hits)) if self._is_gen(token) else False for _, token in items]
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -434,3 +520,176 @@ class RedisBackend:
 
     def __repr__(self) -> str:
         return f"RedisBackend({self._server()}, prefix={self.prefix!r})"
+
+
+# --- async: redis.asyncio, natively ------------------------------------------------------------
+
+
+class AsyncRedisBackend(AsyncBackend):
+    """`RedisBackend` awaited, on `redis.asyncio`: the same keys, scripts and semantics.
+
+    Holds a `RedisBackend` (`sync`) for the options, the checks before a call and
+    the reading of replies; its own client is `redis.asyncio.Redis`. The server's
+    durability check runs once, in a worker thread, on first use.
+    """
+
+    def __init__(self, sync: RedisBackend, client: Any, *, check_durability: bool = True):
+        self.sync = sync
+        self.client = client
+        self._command = client.execute_command
+        self._put_if_match = client.register_script(_PUT_IF_MATCH)
+        self._delete = client.register_script(_DELETE)
+        self._heads = client.register_script(_HEADS)
+        self._check = check_durability
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> AsyncRedisBackend:
+        import redis.asyncio
+        import redis.asyncio.retry
+
+        client_url, client_options, own = _client_args(url, dict(options))
+        check = own.pop("check_durability", True)
+        sync = RedisBackend(redis.Redis.from_url(client_url, **client_options), check_durability=False, **own)
+        client_url, client_options, _ = _client_args(url, dict(options), redis.asyncio.retry.Retry(NoBackoff(), 0))
+        # A pool that makes a task wait for a free connection (redis.asyncio's default one raises
+        # MaxConnectionsError past 100 concurrent calls, which a busy event loop reaches at once).
+        client_options.setdefault("max_connections", 50)
+        client_options.setdefault("timeout", client_options.get("socket_timeout", 10.0))
+        pool = redis.asyncio.BlockingConnectionPool.from_url(client_url, **client_options)
+        return cls(sync, redis.asyncio.Redis.from_pool(pool), check_durability=check)
+
+    def __repr__(self) -> str:
+        return f"AsyncRedisBackend({self.sync._server()}, prefix={self.sync.prefix!r})"
+
+    async def _checked(self) -> None:
+        if self._check:
+            self._check = False
+            await asyncio.to_thread(self.sync._check_durability)
+
+    async def _eval(self, script: Any, key: str, *args: Any) -> Any:
+        try:
+            return await self._command("EVALSHA", script.sha, 1, key, *args)
+        except redis.exceptions.NoScriptError:  # the script never ran: loading it and running it again is safe
+            script.sha = await self.client.script_load(script.script)
+            return await self._command("EVALSHA", script.sha, 1, key, *args)
+
+    async def _write(self, name: str, what: str, queue: Callable[[Any], object], direct: Callable[[], Any]) -> Any:
+        """A write: `direct()`, or with replicas to wait for, `queue` on a pipeline plus WAIT (one round trip)."""
+        await self._checked()
+        try:
+            if not self.sync._replicas:
+                return await direct()
+            pipe = self.client.pipeline(transaction=False)
+            queue(pipe)
+            pipe.wait(*self.sync._wait)
+            result, acked = await pipe.execute()
+        except redis.exceptions.RedisError as exc:
+            _failed(what, name, exc)
+        self.sync._check_acked(name, acked)
+        return result
+
+    async def _read(self, call: Callable[[], Any], what: str, name: str) -> Any:
+        await self._checked()
+        try:
+            return await call()
+        except redis.exceptions.RedisError as exc:
+            if not isinstance(exc, _RETRIED):
+                _failed(what, name, exc)
+            last = exc
+        for pause in _READ_RETRIES:
+            await asyncio.sleep(pause)
+            try:
+                return await call()
+            except _RETRIED as again:
+                last = again
+            except redis.exceptions.RedisError as other:
+                _failed(what, name, other)
+        _failed(what, name, last)
+
+    async def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
+        sync = self.sync
+        if if_match is not None:
+            expected = sync._expected(name, if_match, if_absent)
+            key, value, gen = sync._new_value(name, data)
+            done = await self._write(
+                name,
+                "save",
+                lambda pipe: self._put_if_match(keys=[key], args=[value, expected], client=pipe),
+                lambda: self._eval(self._put_if_match, key, value, expected),
+            )
+            return sync._put_token(name, done is not None, gen, "changed since it was read")
+        key, value, gen = sync._new_value(name, data)
+        args = (key, value, "NX") if if_absent else (key, value)
+        done = await self._write(
+            name, "save", lambda pipe: pipe.execute_command("SET", *args), lambda: self._command("SET", *args)
+        )
+        return sync._put_token(name, done, gen, "already exists")
+
+    async def get(self, name: str) -> tuple[bytes, Token] | None:
+        key = self.sync._frames + name
+        return self.sync._got(name, await self._read(lambda: self._command("GET", key), "load", name))
+
+    async def delete(self, name: str, token: Token) -> None:
+        key, expected = self.sync._delete_args(name, token)
+        deleted = await self._write(
+            name,
+            "delete",
+            lambda pipe: self._delete(keys=[key], args=[expected], client=pipe),
+            lambda: self._eval(self._delete, key, expected),
+        )
+        self.sync._deleted(name, token, deleted)
+
+    async def _batches(self, prefix: str) -> AsyncIterator[list[str]]:
+        match = self.sync._match(prefix)
+        cursor: int = 0
+        while True:
+            cursor, keys = await self._read(
+                functools.partial(self.client.scan, cursor, match=match, count=_SCAN_COUNT), "list", prefix
+            )
+            names = self.sync._ours(keys, prefix)
+            if names:
+                yield names
+            if int(cursor) == 0:
+                return
+
+    async def _heads_of(self, batches: AsyncIterator[list[str]], size: int, prefix: str) -> AsyncIterator[Head]:
+        async for keys in batches:
+            rows = await self._read(functools.partial(self._heads, keys=keys, args=[size]), "list", prefix)
+            for row in self.sync._head_rows(keys, rows):
+                yield row
+
+    def heads(self, prefix: str, size: int) -> AsyncIterator[Head]:
+        return self._heads_of(self._batches(prefix), size, prefix)
+
+    async def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> AsyncIterator[Head]:
+        keys = sorted_names([key async for batch in self._batches(prefix) for key in batch], limit, reverse)
+
+        async def batches() -> AsyncIterator[list[str]]:
+            for i in range(0, len(keys), _SCAN_COUNT):
+                yield keys[i : i + _SCAN_COUNT]
+
+        async for row in self._heads_of(batches(), size, prefix):
+            yield row
+
+    async def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
+        if not names:
+            return []
+        keys = [self.sync._frames + name for name in names]
+        raws = await self._read(lambda: self._command("MGET", *keys), "load", names[0])
+        return [self.sync._got(name, raw) for name, raw in zip(names, raws, strict=True)]
+
+    async def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
+        await self._checked()
+        pipe = self.client.pipeline(transaction=False)
+        first = self.sync._queue_deletes(pipe, items)
+        if first is None:
+            return [False] * len(items)
+        try:
+            results = await pipe.execute()
+        except redis.exceptions.RedisError as exc:
+            _failed("delete", first, exc)
+        return self.sync._deleted_many(items, results, first)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+        await asyncio.to_thread(self.sync.close)

@@ -34,6 +34,7 @@ from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[impor
 
 from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._token import Token
+from berth.backends._bulk import Head, sorted_names
 from berth.backends._objects import HASHED, ObjectNames
 
 __all__ = ["S3Backend"]
@@ -290,17 +291,23 @@ class S3Backend:
             name = rest
         return name if name is not None and name.startswith(prefix) else None
 
+    def _named(self, prefix: str) -> Iterator[tuple[str, str]]:
+        """(name, object name) of every frame under `prefix`."""
+        for page in self._pages(prefix):
+            for item in page:
+                obj = str(item["Key"])
+                name = self._listed_name(obj, prefix)
+                if name is not None:
+                    yield name, obj
+
     def scan(self, prefix: str) -> Iterator[str]:
         """Every name under `prefix`, one `list_objects_v2` page at a time.
 
         Raises:
             BackendError: S3 failed.
         """
-        for page in self._pages(prefix):
-            for item in page:
-                name = self._listed_name(str(item["Key"]), prefix)
-                if name is not None:
-                    yield name
+        for name, _ in self._named(prefix):
+            yield name
 
     def heads(self, prefix: str, size: int) -> Iterator[tuple[str, bytes, Token, int]]:
         """(name, first `size` bytes, ETag, full size) under `prefix`, by ranged reads.
@@ -321,6 +328,19 @@ class S3Backend:
                 name = self._names.name_of(obj, metadata)
                 if name is not None and name.startswith(prefix):
                     yield name, data, etag, full
+
+    def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
+        """Heads under `prefix` in name order: the listing (names only) ordered in memory -- O(limit)
+        with a limit, else O(names) -- then one ranged read per head.
+
+        Raises:
+            BackendError: S3 failed.
+        """
+        for name, obj in sorted_names(self._named(prefix), limit, reverse):
+            head = self._head(obj, size)
+            if head is not None:
+                data, _, etag, full = head
+                yield name, data, etag, full
 
     def _head(self, obj: str, size: int) -> tuple[bytes, dict[str, str], Token, int] | None:
         with _mapped(obj, "read"):

@@ -14,13 +14,14 @@ import os
 import secrets
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._token import Token
+from berth.backends._bulk import Head, upper_bound
 
 __all__ = ["SqliteBackend"]
 
@@ -150,46 +151,95 @@ class SqliteBackend:
         if cur.rowcount != 1:
             raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
 
-    def _pages(self, prefix: str, columns: str, *args: Any) -> Iterator[tuple[Any, ...]]:
-        # Keyset pages: no read transaction stays open between pages, so a long
-        # listing never blocks writers or checkpoints.
-        last = None
-        while True:
+    def _pages(
+        self, prefix: str, columns: str, *args: Any, limit: int | None = None, reverse: bool = False
+    ) -> Iterator[tuple[Any, ...]]:
+        # Keyset pages in name order over the primary key's index: no read transaction
+        # stays open between pages, so a long listing never blocks writers or checkpoints,
+        # and `limit` rows newest-first (`reverse`) are one bounded query.
+        below = upper_bound(prefix)
+        last: str | None = None
+        remaining = limit
+        while remaining is None or remaining > 0:
+            page = _PAGE if remaining is None else min(_PAGE, remaining)
+            if reverse:
+                where, params = "name >= ?", [prefix]
+                if last is not None or below is not None:
+                    where += " AND name < ?"
+                    params.append(last if last is not None else below)  # type: ignore[arg-type]
+            else:
+                where, params = ("name > ?", [last]) if last is not None else ("name >= ?", [prefix])
+                if below is not None:
+                    where += " AND name < ?"
+                    params.append(below)
+            order = "DESC" if reverse else "ASC"
             with _mapped(prefix):
-                if last is None:
-                    rows = (
-                        self._conn()
-                        .execute(
-                            f"SELECT name, {columns} FROM berth_frames WHERE name >= ? ORDER BY name LIMIT {_PAGE}",
-                            (*args, prefix),
-                        )
-                        .fetchall()
+                rows = (
+                    self._conn()
+                    .execute(
+                        f"SELECT name, {columns} FROM berth_frames WHERE {where} ORDER BY name {order} LIMIT {page}",
+                        (*args, *params),
                     )
-                else:
-                    rows = (
-                        self._conn()
-                        .execute(
-                            f"SELECT name, {columns} FROM berth_frames WHERE name > ? ORDER BY name LIMIT {_PAGE}",
-                            (*args, last),
-                        )
-                        .fetchall()
-                    )
-            for row in rows:
-                if not row[0].startswith(prefix):
-                    return
-                yield row
-            if len(rows) < _PAGE:
+                    .fetchall()
+                )
+            yield from rows
+            if len(rows) < page:
                 return
+            if remaining is not None:
+                remaining -= len(rows)
             last = rows[-1][0]
 
     def scan(self, prefix: str) -> Iterator[str]:
         for row in self._pages(prefix, "1"):
             yield row[0]
 
-    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, bytes, Token, int]]:
+    def heads(self, prefix: str, size: int) -> Iterator[Head]:
         """(name, first `size` bytes, token, full size) of every frame under `prefix`."""
-        for name, head, gen, full in self._pages(prefix, "substr(data, 1, ?), gen, length(data)", size):
+        return self.sorted_heads(prefix, size, limit=None, reverse=False)
+
+    def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
+        """Heads under `prefix` in name order; `limit=1, reverse=True` is one indexed query."""
+        rows = self._pages(prefix, "substr(data, 1, ?), gen, length(data)", size, limit=limit, reverse=reverse)
+        for name, head, gen, full in rows:
             yield name, head, Token(gen), full
+
+    def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
+        """Every name's data and generation (or None): one query per 500 names, in one read snapshot."""
+        found: dict[str, tuple[bytes, Token]] = {}
+        unique = list(dict.fromkeys(names))
+        conn = self._conn()
+        with _mapped(unique[0] if unique else "*"):
+            conn.execute("BEGIN")
+            try:
+                for i in range(0, len(unique), _PAGE):
+                    chunk = unique[i : i + _PAGE]
+                    marks = ",".join("?" * len(chunk))
+                    for name, data, gen in conn.execute(
+                        f"SELECT name, data, gen FROM berth_frames WHERE name IN ({marks})", chunk
+                    ).fetchall():
+                        found[name] = (data, Token(gen))
+            finally:
+                conn.execute("COMMIT")
+        return [found.get(name) for name in names]
+
+    def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
+        """Delete each name still at its token, all in one transaction (one commit, one fsync)."""
+        out = []
+        conn = self._conn()
+        with _mapped(items[0][0] if items else "*"):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for name, token in items:
+                    if not isinstance(token.value, int):
+                        out.append(False)
+                        continue
+                    cur = conn.execute("DELETE FROM berth_frames WHERE name = ? AND gen = ?", (name, token.value))
+                    out.append(cur.rowcount == 1)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return out
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,274 @@
+"""`AsyncStore`: the store contract awaited, over the same core as `Store`.
+
+An `AsyncStore` holds a `Store` for everything that is not I/O -- key and
+identity rules, save conditions, the codec, sealing and opening, expiry, the
+messages of every error -- and an `AsyncBackend` for the I/O. Each method is
+the sync method's shell with the backend call awaited; the multi-step
+protocol (claim) is one plan (`berth._plan`) that both drive. Sealing or opening
+a frame of `OFF_LOOP_BYTES` or more runs in a worker thread, so a 64 MiB state
+never holds the event loop for the tens of milliseconds AES-GCM and the JSON
+codec take over it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from berth._envelope import Envelope
+from berth._errors import BackendError, TokenMismatch
+from berth._plan import arun
+from berth._sealer import Sealer
+from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Parked, ResealReport, Store, _listing, _reraise
+from berth._token import Token
+from berth.backends._aio import AsyncBackend
+
+__all__ = ["OFF_LOOP_BYTES", "AsyncStore"]
+
+OFF_LOOP_BYTES = 256 * 1024
+"""States and frames at least this large are sealed and opened in a worker thread, not on the loop."""
+
+T = TypeVar("T")
+
+
+class AsyncStore:
+    """`Store`'s contract, awaited: `await save/load/delete/claim/sweep/reseal`, `async for` over `list`.
+
+    Open one with `berth.aio.open_store(url, ...)`. Safe to share between tasks
+    of one event loop (and its backend between processes, as the sync one's).
+    Same semantics, errors and messages as `berth.Store`.
+    """
+
+    def __init__(
+        self,
+        backend: AsyncBackend,
+        *,
+        identity: str,
+        sealer: Sealer | None = None,
+        accept_plaintext: bool = False,
+        max_envelope_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
+        clock: Callable[[], datetime] | None = None,
+    ):
+        """Wrap an async backend (arguments as `berth.Store`'s).
+
+        The backend's sync twin (`backend.sync`, which every built-in one has) backs `.sync`.
+        """
+        self._core = Store(
+            getattr(backend, "sync", None) or _NoSyncTwin(backend),
+            identity=identity,
+            sealer=sealer,
+            accept_plaintext=accept_plaintext,
+            max_envelope_bytes=max_envelope_bytes,
+            clock=clock,
+        )
+        self.backend = backend
+        self._targets = {"store": self}
+
+    @property
+    def identity(self) -> str:
+        """The namespace of this store."""
+        return self._core.identity
+
+    @property
+    def sealer(self) -> Any:
+        """What seals new frames and opens parked ones."""
+        return self._core.sealer
+
+    @property
+    def sync(self) -> Store:
+        """The sync `Store` over the same backend and sealer (for code that is not async)."""
+        return self._core
+
+    def now(self) -> datetime:
+        """The store's clock."""
+        return self._core.now()
+
+    def __repr__(self) -> str:
+        return f"AsyncStore({self.backend!r}, identity={self.identity!r}, sealer={self.sealer!r})"
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Release the backend's connections and threads."""
+        await self.backend.aclose()
+
+    async def setup(self) -> None:
+        """Create or migrate the backend's schema (idempotent), as `Store.setup`."""
+        try:
+            await self.backend.setup()
+        except Exception as exc:
+            _reraise(exc, self.identity, "*", "setup")
+
+    async def _cpu(self, size: int, fn: Callable[..., T], *args: Any) -> T:
+        if size < OFF_LOOP_BYTES:
+            return fn(*args)
+        return await asyncio.to_thread(fn, *args)
+
+    # --- the contract ------------------------------------------------------------------
+
+    async def save(
+        self, key: str, envelope: Envelope, *, if_absent: bool = False, if_match: Token | None = None
+    ) -> Token:
+        """Seal and park `envelope` under `key`, as `Store.save` (same conditions, errors, token)."""
+        core = self._core
+        name = core._name(key)
+        core._check_condition(key, if_absent, if_match)
+        state = getattr(envelope, "provider_state", b"")
+        frame = await self._cpu(len(state) if isinstance(state, bytes) else 0, core._build, key, envelope)
+        try:
+            return await self.backend.put(name, frame, if_match=if_match, if_absent=if_absent)
+        except Exception as exc:
+            _reraise(exc, self.identity, key, "save")
+
+    async def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
+        """Open the envelope parked under `key`, as `Store.load`."""
+        core = self._core
+        name = core._name(key)
+        try:
+            found = await self.backend.get(name)
+        except Exception as exc:
+            _reraise(exc, self.identity, key, "load")
+        size = 0 if found is None else len(found[0])
+        return await self._cpu(size, core._opened, key, found, allow_expired)
+
+    async def load_many(self, keys: Sequence[str], *, allow_expired: bool = False) -> list[Parked | None]:
+        """`load` of several keys in one round trip where the backend can, as `Store.load_many`."""
+        core = self._core
+        keys, names = core._names(keys)
+        if not names:
+            return []
+        try:
+            found = await self.backend.get_many(names)
+        except Exception as exc:
+            _reraise(exc, self.identity, core._many(keys), "load")
+        size = sum(len(f[0]) for f in found if f is not None)
+        return await self._cpu(size, core._opened_many, keys, found, allow_expired)
+
+    async def delete(self, key: str, token: Token) -> None:
+        """Remove the envelope under `key` only if `token` is current, as `Store.delete`."""
+        name = self._core._delete_name(key, token)
+        try:
+            await self.backend.delete(name, token)
+        except Exception as exc:
+            _reraise(exc, self.identity, key, "delete")
+
+    async def claim(self, key: str) -> Envelope | None:
+        """Load and delete for exactly one caller, as `Store.claim`."""
+        return await arun(self._core._claim_plan(key), self._targets)
+
+    def list(self, prefix: str = "", *, limit: int | None = None, reverse: bool = False) -> AsyncIterator[Listing]:
+        """`async for` what is parked under `prefix` in key order, as `Store.list`.
+
+        Bad arguments raise here, before any I/O; the listing itself runs as you iterate.
+        """
+        self._core._check_list(prefix, limit)
+        return self._listings(prefix, limit, reverse)
+
+    async def _listings(self, prefix: str, limit: int | None, reverse: bool) -> AsyncIterator[Listing]:
+        rows = self.backend.sorted_heads(
+            self._core._prefix + prefix, self._core._head_read, limit=limit, reverse=reverse
+        )
+        async for key, header, token, size in self._peeked(rows, prefix, "list"):
+            if header is not None:
+                yield _listing(key, header, token, size)
+
+    async def _peeked(self, rows: AsyncIterator[Any], prefix: str, what: str) -> AsyncIterator[Any]:
+        core = self._core
+        try:
+            async for name, head, token, size in rows:
+                if core._needs_full(head):
+                    found = await self.backend.get(name)
+                    if found is None:
+                        continue
+                    head, token = found
+                yield core._peeked(name, head, token, size)
+        except Exception as exc:
+            _reraise(exc, self.identity, prefix or "*", what)
+
+    async def delete_prefix(self, prefix: str) -> int:
+        """Delete every envelope under `prefix`, each conditionally, as `Store.delete_prefix`."""
+        core = self._core
+        core._check_prefix(prefix)
+        removed = 0
+        batch: list[tuple[str, Token]] = []
+        try:
+            async for key, _header, token, _ in self._peeked(
+                self.backend.heads(core._prefix + prefix, core._head_read), prefix, "delete_prefix"
+            ):
+                batch.append((core._prefix + key, token))
+                if len(batch) >= core._delete_batch:
+                    removed += sum(await self.backend.delete_many(batch))
+                    batch = []
+            if batch:
+                removed += sum(await self.backend.delete_many(batch))
+        except Exception as exc:
+            _reraise(exc, self.identity, prefix or "*", "delete_prefix")
+        return removed
+
+    async def sweep(self, now: datetime | None = None) -> int:
+        """Delete every envelope past its deadline, each conditionally, as `Store.sweep`."""
+        core = self._core
+        now = core._sweep_now(now)
+        expired = [
+            (core._prefix + key, token)
+            async for key, header, token, _ in self._peeked(
+                self.backend.heads(core._prefix, core._head_read), "", "sweep"
+            )
+            if core._is_expired(header, now)
+        ]
+        removed = 0
+        for name, token in expired:
+            try:
+                await self.backend.delete(name, token)
+            except TokenMismatch:
+                continue
+            except Exception as exc:
+                _reraise(exc, self.identity, "*", "sweep")
+            removed += 1
+        return removed
+
+    async def reseal(self) -> ResealReport:
+        """Re-seal every envelope not sealed by the sealer's current key, as `Store.reseal`."""
+        core = self._core
+        tally = core._reseal_tally()
+        async for key, header, _, _ in self._peeked(self.backend.heads(core._prefix, core._head_read), "", "reseal"):
+            if not tally.wants(key, header):
+                continue
+            tally.record(key, await self._reseal_one(key))
+        return tally.report()
+
+    async def _reseal_one(self, key: str) -> BaseException | bool:
+        core = self._core
+        name = core._name(key)
+        try:
+            try:
+                found = await self.backend.get(name)
+            except Exception as exc:
+                _reraise(exc, self.identity, key, "reseal")
+            if found is None:
+                return False
+            data, token = found
+            frame = await self._cpu(len(data), core._resealed, key, data)
+            try:
+                await self.backend.put(name, frame, if_match=token)
+            except Exception as exc:
+                _reraise(exc, self.identity, key, "reseal")
+        except Exception as exc:
+            return exc
+        return True
+
+
+class _NoSyncTwin:
+    """The sync side of an async backend that has none: `AsyncStore.sync` cannot do I/O through it."""
+
+    def __init__(self, backend: object):
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        raise BackendError(f"{self._backend!r} has no sync twin: use the AsyncStore's awaited calls")
