@@ -22,7 +22,7 @@ DESIGN_NAMES = {
 }  # fmt: skip
 ADDED_NAMES = {
     # berth's additions where DESIGN.md is silent (docs/store.md says why).
-    "AnswerRefused", "Backend", "PlaintextWarning", "QuestionStore", "ResealReport", "Sealer",
+    "AnswerRefused", "Backend", "PlaintextWarning", "aio", "QuestionStore", "ResealReport", "Sealer",
 }  # fmt: skip
 
 

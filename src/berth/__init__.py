@@ -90,6 +90,7 @@ __all__ = [
     "TokenMismatch",
     "Wake",
     "WakeDecision",
+    "aio",
     "check_resumable",
     "checkpoint_store",
     "digest_file",
@@ -102,3 +103,12 @@ __all__ = [
     "save_checkpoint",
     "sealer_from_env",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # `berth.aio` loads on first use: `import berth` stays free of asyncio's machinery.
+    if name == "aio":
+        import berth.aio
+
+        return berth.aio
+    raise AttributeError(f"module 'berth' has no attribute {name!r}")

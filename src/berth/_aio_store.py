@@ -66,6 +66,15 @@ class AsyncStore:
         self.backend = backend
         self._targets = {"store": self}
 
+    @classmethod
+    def _over(cls, core: Store, backend: AsyncBackend) -> AsyncStore:
+        """An AsyncStore whose non-I/O side is `core` as it is (the question store's frame namespace)."""
+        self = cls.__new__(cls)
+        self._core = core
+        self.backend = backend
+        self._targets = {"store": self}
+        return self
+
     @property
     def identity(self) -> str:
         """The namespace of this store."""

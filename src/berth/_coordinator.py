@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, Protocol
 from berth._envelope import ENVELOPE_VERSION, Envelope
 from berth._errors import BackendError, BerthError, ConfigDrift, Expired, InvalidEnvelope, TokenMismatch, where
 from berth._keys import validate_key
+from berth._plan import Plan, call, run
 from berth._questions import Answer, Question, QuestionStore
 from berth._store import Store
 from berth._token import Token
@@ -150,6 +151,7 @@ class Coordinator:
         self.validate = validate
         store_clock = getattr(store, "now", None)
         self._clock: Callable[[], datetime] = clock or store_clock or _utcnow
+        self._targets = {"store": store, "questions": questions}
 
     def __repr__(self) -> str:
         return f"Coordinator({self.store!r}, {self.questions!r}, default_deadline={self.default_deadline!r})"
@@ -186,6 +188,10 @@ class Coordinator:
             BerthError: the save succeeded but asking failed: the run stays parked and wakes
                 rearm until its deadline; suspending it again re-parks and asks again.
         """
+        return run(self._suspend(key, envelope, question), self._targets)
+
+    def _suspend(self, key: str, envelope: Envelope, question: str | None) -> Plan[Envelope]:
+        """Suspend as a plan of store and question-store calls (run here, awaited by `berth.aio.Coordinator`)."""
         key = validate_key(key, self.identity)
         if self.default_deadline < timedelta(0):
             raise InvalidEnvelope(
@@ -209,10 +215,10 @@ class Coordinator:
         prompt = question or _prompt_for(envelope)
         # berth's own question store keeps the run's deadline, so `QuestionStore.sweep` can retire
         # the question with its run; a question store of the host's own gets the protocol's four.
-        extra: dict[str, Any] = {"deadline": envelope.deadline} if isinstance(self.questions, QuestionStore) else {}
-        self.store.save(key, envelope)
+        extra: dict[str, Any] = {"deadline": envelope.deadline} if self._takes_deadline() else {}
+        yield call("store", "save", key, envelope)
         try:
-            self.questions.ask(key, prompt, run_id=envelope.run_id, question_id=question_id, **extra)
+            yield call("questions", "ask", key, prompt, run_id=envelope.run_id, question_id=question_id, **extra)
         except Exception as exc:
             log.warning(
                 "berth: run %r parked at %s but asking failed (%s): wakes rearm until its deadline",
@@ -222,6 +228,9 @@ class Coordinator:
             )
             raise
         return envelope
+
+    def _takes_deadline(self) -> bool:
+        return isinstance(self.questions, QuestionStore)
 
     def _check(self, key: str, envelope: Envelope) -> None:
         def refuse(why: str) -> InvalidEnvelope:
@@ -237,8 +246,8 @@ class Coordinator:
             raise refuse(f"envelope version {envelope.version}, this berth parks version {ENVELOPE_VERSION}")
         if envelope.turn < 0 or envelope.remaining_turns < 0:
             raise refuse("turn and remaining_turns cannot be negative")
-        for call in envelope.pending_calls:
-            if not call.id:
+        for pending in envelope.pending_calls:
+            if not pending.id:
                 raise refuse("every pending call needs an id")
         if QUESTION_LABEL not in envelope.labels and len(envelope.labels) >= _MAX_LABELS:
             raise refuse(f"the envelope has {len(envelope.labels)} labels; suspend needs room for one more")
@@ -267,9 +276,13 @@ class Coordinator:
         Raises:
             InvalidKey: the key breaks the key rules (before any I/O).
         """
+        return run(self._wake(key), self._targets)
+
+    def _wake(self, key: str) -> Plan[Wake]:
+        """Wake as a plan of store and question-store calls (run here, awaited by `berth.aio.Coordinator`)."""
         key = validate_key(key, self.identity)
         try:
-            parked = self.store.load(key, allow_expired=True)
+            parked = yield call("store", "load", key, allow_expired=True)
         except BerthError as exc:
             return self._rearm(key, "load failed", exc)
         if parked is None:
@@ -280,10 +293,10 @@ class Coordinator:
         except BerthError as exc:
             return self._rearm(key, "validate failed", exc)
         if dead:
-            return self._remove_dead(key, envelope, token, dead)
+            return (yield from self._remove_dead(key, envelope, token, dead))
         try:
             with self._question_store(key, "answer lookup"):
-                answer = self.questions.answer(key)
+                answer = yield call("questions", "answer", key)
         except BerthError as exc:
             return self._rearm(key, "answer lookup failed", exc)
         if answer is None:
@@ -298,12 +311,12 @@ class Coordinator:
             )
             return Wake(WakeDecision.REARM, reason="answer is to another question")
         try:
-            self.store.delete(key, token)
+            yield call("store", "delete", key, token)
         except TokenMismatch:
             return Wake(WakeDecision.REARM, reason="another waker won")
         except BerthError as exc:
             return self._rearm(key, "claim failed", exc)
-        self._consume(key, answer.question_id)
+        yield from self._consume(key, answer.question_id)
         return Wake(WakeDecision.RESUME, envelope, answer, reason="claimed")
 
     def _dead(self, envelope: Envelope) -> str | None:
@@ -318,27 +331,27 @@ class Coordinator:
                 return "expired"
         return None
 
-    def _remove_dead(self, key: str, envelope: Envelope, token: Token, why: str) -> Wake:
+    def _remove_dead(self, key: str, envelope: Envelope, token: Token, why: str) -> Plan[Wake]:
         question_id = envelope.labels.get(QUESTION_LABEL)
         if question_id is None:
             # Parked without the coordinator: read the question before the delete, so a
             # question asked for a run parked after it is never the one consumed.
             try:
                 with self._question_store(key, "pending question lookup"):
-                    pending = self.questions.pending(key)
+                    pending = yield call("questions", "pending", key)
             except BerthError as exc:
                 log.warning("berth: cannot read the question of a dead run at %s: %s", where(self.identity, key), exc)
                 pending = None
             if pending is not None and pending.run_id == envelope.run_id:
                 question_id = pending.id
         try:
-            self.store.delete(key, token)
+            yield call("store", "delete", key, token)
         except TokenMismatch:
             return Wake(WakeDecision.FRESH, reason=f"{why}; removed by another waker")
         except BerthError as exc:
             return self._rearm(key, f"{why}; removing it failed", exc)
         if question_id is not None:
-            self._consume(key, question_id)
+            yield from self._consume(key, question_id)
         return Wake(WakeDecision.FRESH, reason=why)
 
     @contextmanager
@@ -355,9 +368,9 @@ class Coordinator:
                 key=key,
             ) from exc
 
-    def _consume(self, key: str, question_id: str) -> None:
+    def _consume(self, key: str, question_id: str) -> Plan[None]:
         try:
-            self.questions.consume(key, question_id)
+            yield call("questions", "consume", key, question_id)
         except Exception as exc:  # past the commit point: log, never raise
             log.warning(
                 "berth: could not consume question %r at %s (it stays until swept): %s",
@@ -372,9 +385,9 @@ class Coordinator:
 
 
 def _prompt_for(envelope: Envelope) -> str:
-    for call in envelope.pending_calls:
+    for pending in envelope.pending_calls:
         try:
-            value = call.input_value()
+            value = pending.input_value()
         except ValueError:
             continue
         if isinstance(value, dict):

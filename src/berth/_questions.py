@@ -31,6 +31,7 @@ import msgspec
 from berth._envelope import Envelope
 from berth._errors import BackendError, FormatError, IntegrityError, InvalidKey, TokenMismatch, where
 from berth._keys import validate_identity, validate_key
+from berth._plan import Plan, call, run
 from berth._sealer import Sealer
 from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Store
 from berth._token import Token
@@ -145,12 +146,6 @@ class _Frames(Store):
         self.identity = identity + NAMESPACE
         self._prefix = self.identity + "/"
 
-    def put(self, key: str, envelope: Envelope, *, if_match: Token | None = None) -> Token:
-        name = self._name(key)
-        frame = self._build(key, envelope)
-        with self._backend_call(key, "write question"):
-            return self.backend.put(name, frame, if_match=if_match)
-
 
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -191,6 +186,7 @@ class QuestionStore:
             clock=clock,
         )
         self._clock = clock or _utcnow
+        self._targets = {"frames": self._frames}
 
     def __repr__(self) -> str:
         return (
@@ -222,8 +218,12 @@ class QuestionStore:
     def _key(self, key: object) -> str:
         return validate_key(key, self.identity)
 
-    def _read(self, key: str) -> _Record | None:
-        parked = self._frames.load(key, allow_expired=True)
+    def _read(self, key: str) -> Plan[_Record | None]:
+        """Read the record under `key` (a plan over the frames store)."""
+        parked = yield call("frames", "load", key, allow_expired=True)
+        return self._record(key, parked)
+
+    def _record(self, key: str, parked: Any) -> _Record | None:
         if parked is None:
             return None
         env, token = parked
@@ -287,6 +287,11 @@ class QuestionStore:
             TypeError: `prompt`, `run_id` or `question_id` is not a str.
             BackendError: the write failed; an earlier question, if any, may still be pending.
         """
+        return run(self._ask(key, prompt, run_id, question_id, deadline), self._targets)
+
+    def _ask(
+        self, key: str, prompt: str, run_id: str, question_id: str | None, deadline: datetime | None
+    ) -> Plan[Question]:
         key = self._key(key)
         _text(prompt, "prompt")
         _text(run_id, "run_id")
@@ -295,7 +300,7 @@ class QuestionStore:
         elif not _text(question_id, "question_id"):
             raise InvalidKey(f"empty question id at {where(self.identity, key)}", identity=self.identity, key=key)
         question = Question(question_id, key, run_id, prompt, self._clock())
-        self._frames.put(key, self._envelope(question, None, deadline))
+        yield call("frames", "save", key, self._envelope(question, None, deadline))
         return question
 
     def pending(self, key: str) -> Question | None:
@@ -309,7 +314,10 @@ class QuestionStore:
             IntegrityError, FormatError: the record does not open.
             BackendError: the backend failed.
         """
-        record = self._read(self._key(key))
+        return run(self._pending(key), self._targets)
+
+    def _pending(self, key: str) -> Plan[Question | None]:
+        record = yield from self._read(self._key(key))
         return None if record is None else record.question
 
     def answer(self, key: str) -> Answer | None:
@@ -320,7 +328,10 @@ class QuestionStore:
             IntegrityError, FormatError: the record does not open.
             BackendError: the backend failed.
         """
-        record = self._read(self._key(key))
+        return run(self._answer(key), self._targets)
+
+    def _answer(self, key: str) -> Plan[Answer | None]:
+        record = yield from self._read(self._key(key))
         return None if record is None else record.answer
 
     def record(self, key: str) -> tuple[Question, Answer | None] | None:
@@ -331,7 +342,10 @@ class QuestionStore:
             IntegrityError, FormatError: the record does not open.
             BackendError: the backend failed.
         """
-        record = self._read(self._key(key))
+        return run(self._record_of(key), self._targets)
+
+    def _record_of(self, key: str) -> Plan[tuple[Question, Answer | None] | None]:
+        record = yield from self._read(self._key(key))
         return None if record is None else (record.question, record.answer)
 
     def headers(self, prefix: str = "") -> Iterator[Listing]:
@@ -371,12 +385,15 @@ class QuestionStore:
                 one, consumed, or never asked), or it was already answered differently.
             BackendError: the backend failed; the answer may or may not be stored.
         """
+        return run(self._provide(key, question_id, text, by), self._targets)
+
+    def _provide(self, key: str, question_id: str, text: str, by: str) -> Plan[Answer]:
         key = self._key(key)
         _text(question_id, "question_id")
         _text(text, "text")
         _text(by, "by")
         for _ in range(_RETRIES):
-            record = self._read(key)
+            record = yield from self._read(key)
             if record is None:
                 raise AnswerRefused(
                     f"no question is pending at {where(self.identity, key)}: "
@@ -408,7 +425,9 @@ class QuestionStore:
                 )
             answer = Answer(question_id, text, by, self._clock())
             try:
-                self._frames.put(key, self._envelope(pending, answer, record.deadline), if_match=record.token)
+                yield call(
+                    "frames", "save", key, self._envelope(pending, answer, record.deadline), if_match=record.token
+                )
             except TokenMismatch:
                 continue  # changed since read: re-read and decide again
             return answer
@@ -429,14 +448,17 @@ class QuestionStore:
             InvalidKey: the key breaks the key rules (before any I/O).
             BackendError: the backend failed.
         """
+        return run(self._consume(key, question_id), self._targets)
+
+    def _consume(self, key: str, question_id: str) -> Plan[bool]:
         key = self._key(key)
         _text(question_id, "question_id")
         for _ in range(_RETRIES):
-            record = self._read(key)
+            record = yield from self._read(key)
             if record is None or record.question.id != question_id:
                 return False
             try:
-                self._frames.delete(key, record.token)
+                yield call("frames", "delete", key, record.token)
             except TokenMismatch:
                 continue
             return True
@@ -458,7 +480,7 @@ class QuestionStore:
         """
         for listing in self._frames.list(prefix):
             try:
-                record = self._read(listing.key)
+                record = run(self._read(listing.key), self._targets)
             except (FormatError, IntegrityError) as exc:
                 log.warning("berth: skipping unreadable question record: %s", exc)
                 continue

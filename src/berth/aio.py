@@ -25,6 +25,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from berth._aio_questions import AsyncQuestionStore, Coordinator
 from berth._aio_store import OFF_LOOP_BYTES, AsyncStore
 from berth._keys import validate_identity
 from berth._plaintext import PlaintextSealer
@@ -38,9 +39,12 @@ __all__ = [
     "DEFAULT_MAX_THREADS",
     "OFF_LOOP_BYTES",
     "AsyncBackend",
+    "AsyncQuestionStore",
     "AsyncStore",
+    "Coordinator",
     "ThreadedBackend",
     "open_backend",
+    "open_questions",
     "open_store",
 ]
 
@@ -93,3 +97,24 @@ def open_store(
         max_envelope_bytes=max_envelope_bytes,
         clock=clock,
     )
+
+
+def open_questions(
+    url: str,
+    *,
+    identity: str,
+    sealer: Sealer | None = None,
+    accept_plaintext: bool = False,
+    clock: Callable[[], datetime] | None = None,
+    max_threads: int = DEFAULT_MAX_THREADS,
+    **options: Any,
+) -> AsyncQuestionStore:
+    """Open an `AsyncQuestionStore` by URL; arguments as `berth.open_questions`, plus `max_threads`.
+
+    Raises:
+        InvalidKey: the identity is invalid (before any I/O).
+        BerthError: unknown scheme, or its extra is not installed.
+    """
+    validate_identity(identity)
+    backend = open_backend(url, max_threads=max_threads, **options)
+    return AsyncQuestionStore(backend, identity=identity, sealer=sealer, accept_plaintext=accept_plaintext, clock=clock)

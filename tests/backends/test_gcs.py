@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import berth
-from berth.testing import StoreContract, make_envelope
+from berth.testing import AsyncStoreContract, StoreContract, make_envelope
 from tests.conftest import require
 from tests.fakes.gcs import FakeGcs
 from tests.fakes.proxy import FaultyProxy
@@ -94,6 +94,10 @@ class TestGcsContractOnFake(StoreContract):
     @pytest.fixture
     def backend_opener(self, fake: FakeGcs, bucket: str):
         return functools.partial(GcsBackend.from_url, f"gs://{bucket}/contract", endpoint=fake.url)
+
+
+class TestGcsAsyncContractOnFake(AsyncStoreContract, TestGcsContractOnFake):
+    """The same cases through berth.aio (this backend in worker threads)."""
 
 
 # --- the URL and its options ---------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import berth
-from berth.testing import StoreContract, make_envelope
+from berth.testing import AsyncStoreContract, StoreContract, make_envelope
 from tests._moto import moto_command
 from tests._net import free_port, wait_http
 from tests.conftest import require, unavailable
@@ -90,6 +90,10 @@ class TestS3Contract(StoreContract):
     @pytest.fixture
     def backend_opener(self, moto_url: str, bucket: str):
         return functools.partial(S3Backend.from_url, f"s3://{bucket}/contract", endpoint_url=moto_url)
+
+
+class TestS3AsyncContract(AsyncStoreContract, TestS3Contract):
+    """The same cases through berth.aio (this backend in worker threads)."""
 
 
 # --- the URL and its options ---------------------------------------------------------------

@@ -1,0 +1,297 @@
+"""berth.aio beyond the store contract (which tests/backends runs through AsyncStoreContract):
+the async question store and coordinator, sealing off the loop, bounded threads, native backends."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import berth
+import berth.aio
+from berth.backends._aio import ThreadedBackend
+from berth.backends.memory import MemoryBackend
+from berth.testing import FakeClock, make_envelope
+from tests.conftest import require
+
+KEY = "org/repo#42"
+
+
+def _sealer() -> berth.Sealer:
+    return berth.AesGcmSealer(berth.Keyring.generate())
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres),
+                        pytest.param("redis", marks=pytest.mark.redis)])  # fmt: skip
+def url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
+    kind = request.param
+    if kind == "memory":
+        yield f"memory://aio-{uuid.uuid4().hex}"
+    elif kind == "sqlite":
+        yield f"sqlite:///{tmp_path}/berth.db"
+    elif kind == "postgresql":
+        dsn: str = request.getfixturevalue("postgres_dsn")
+        schema = f"berth_aio_{uuid.uuid4().hex[:12]}"
+        yield f"{dsn}?schema={schema}"
+        psycopg = require("psycopg", "PostgreSQL")
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    else:
+        redis_url: str = request.getfixturevalue("redis_url")
+        prefix = f"berth-aio-{uuid.uuid4().hex[:12]}:"
+        yield f"{redis_url}?prefix={prefix}&check_durability=false"
+        redis = require("redis", "Redis")
+        admin = redis.Redis.from_url(redis_url)
+        for key in admin.scan_iter(match=f"{prefix}*"):
+            admin.delete(key)
+        admin.close()
+
+
+def test_open_store_is_native_where_the_client_is_async(url: str) -> None:
+    async def main() -> str:
+        async with berth.aio.open_store(url, identity="aio", sealer=_sealer()) as store:
+            token = await store.save("k", make_envelope())
+            parked = await store.load("k")
+            assert parked is not None and parked.token == token
+            return type(store.backend).__name__
+
+    kind = asyncio.run(main())
+    expected = {"postgresql": "AsyncPostgresBackend", "redis": "AsyncRedisBackend"}.get(url.split(":")[0])
+    assert kind == (expected or "ThreadedBackend")
+
+
+def test_suspend_and_wake_awaited(url: str) -> None:
+    clock = FakeClock()
+
+    async def main() -> None:
+        sealer = _sealer()
+        store = berth.aio.open_store(url, identity="aio", sealer=sealer, clock=clock)
+        questions = berth.aio.open_questions(url, identity="aio", sealer=sealer, clock=clock)
+        coordinator = berth.aio.Coordinator(store, questions)
+        assert (await coordinator.wake(KEY)).decision is berth.WakeDecision.FRESH
+        parked = await coordinator.suspend(KEY, make_envelope(), "Ship it?")
+        assert parked.deadline == clock.now + timedelta(days=14)
+        assert (await coordinator.wake(KEY)).decision is berth.WakeDecision.REARM
+        question = await questions.pending(KEY)
+        assert question is not None and question.prompt == "Ship it?"
+        assert [q.id async for q, _ in questions.list()] == [question.id]
+        assert [h.key async for h in questions.headers()] == [KEY]
+        await questions.provide(KEY, question.id, "yes", by="alice")
+        # many wakers at once on one loop: exactly one resumes
+        wakes = await asyncio.gather(*(coordinator.wake(KEY) for _ in range(8)))
+        decisions = sorted(w.decision.value for w in wakes)
+        assert decisions.count("resume") == 1, decisions
+        won = next(w for w in wakes if w.decision is berth.WakeDecision.RESUME)
+        assert won.answer is not None and won.answer.text == "yes" and won.envelope is not None
+        assert (await coordinator.wake(KEY)).decision is berth.WakeDecision.FRESH
+        assert await questions.pending(KEY) is None
+        await questions.aclose()
+        await store.aclose()
+
+    asyncio.run(main())
+
+
+def test_sync_and_async_coordinators_share_one_protocol(tmp_path: Any) -> None:
+    url, sealer = f"sqlite:///{tmp_path}/b.db", _sealer()
+    sync = berth.Coordinator(
+        berth.open_store(url, identity="mix", sealer=sealer), berth.open_questions(url, identity="mix", sealer=sealer)
+    )
+    sync.suspend(KEY, make_envelope(), "Ship it?")
+
+    async def main() -> berth.Wake:
+        store = berth.aio.open_store(url, identity="mix", sealer=sealer)
+        questions = berth.aio.open_questions(url, identity="mix", sealer=sealer)
+        question = await questions.pending(KEY)
+        assert question is not None
+        with pytest.raises(berth.AnswerRefused) as refused:
+            await questions.provide(KEY, "not-the-question", "no")
+        with pytest.raises(berth.AnswerRefused) as refused_sync:
+            sync.questions.provide(KEY, "not-the-question", "no")  # type: ignore[attr-defined]
+        assert str(refused.value) == str(refused_sync.value), "the same message, sync or async"
+        await questions.provide(KEY, question.id, "ship", by="bob")
+        wake = await berth.aio.Coordinator(store, questions).wake(KEY)
+        await store.aclose()
+        await questions.aclose()
+        return wake
+
+    wake = asyncio.run(main())
+    assert wake.decision is berth.WakeDecision.RESUME and wake.answer is not None and wake.answer.by == "bob"
+    assert sync.wake(KEY).decision is berth.WakeDecision.FRESH
+
+
+def test_errors_and_messages_are_the_sync_ones() -> None:
+    backend = MemoryBackend()
+    sealer = _sealer()
+    sync = berth.Store(backend, identity="same", sealer=sealer)
+
+    async def main() -> None:
+        store = berth.aio.AsyncStore(ThreadedBackend(backend), identity="same", sealer=sealer)
+        token = await store.save("k", make_envelope())
+        await store.save("k", make_envelope("two"))
+        for method, args, kwargs in (
+            ("delete", ("k", token), {}),
+            ("save", ("k", make_envelope()), {"if_absent": True}),
+            ("load", ("../x",), {}),
+            ("delete", ("k", berth.Token.ZERO), {}),
+        ):
+            with pytest.raises(berth.BerthError) as a:
+                getattr(sync, method)(*args, **kwargs)
+            with pytest.raises(berth.BerthError) as b:
+                await getattr(store, method)(*args, **kwargs)
+            assert type(a.value) is type(b.value) and str(a.value) == str(b.value)
+        with pytest.raises(berth.InvalidKey):
+            store.list("/abs")  # raised at the call, before any I/O, as the sync list does
+        with pytest.raises(ValueError):
+            store.list(limit=0)
+        await store.aclose()
+
+    asyncio.run(main())
+
+
+def test_large_states_are_sealed_and_opened_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    where: dict[str, list[bool]] = {"build": [], "open": []}
+    store_cls = berth.Store
+    real_build, real_open = store_cls._build, store_cls._opened
+
+    def build(self: berth.Store, *args: Any) -> Any:
+        where["build"].append(threading.current_thread() is threading.main_thread())
+        return real_build(self, *args)
+
+    def opened(self: berth.Store, *args: Any) -> Any:
+        where["open"].append(threading.current_thread() is threading.main_thread())
+        return real_open(self, *args)
+
+    monkeypatch.setattr(store_cls, "_build", build)
+    monkeypatch.setattr(store_cls, "_opened", opened)
+    big = {"blob": "x" * (berth.aio.OFF_LOOP_BYTES + 1)}
+
+    async def main() -> None:
+        store = berth.aio.open_store("memory://", identity="big", sealer=_sealer())
+        await store.save("small", make_envelope())
+        await store.save("big", make_envelope(provider_state=big))
+        assert (await store.load("small")) is not None
+        parked = await store.load("big")
+        assert parked is not None and parked.envelope.state() == big
+        await store.aclose()
+
+    asyncio.run(main())  # the loop runs in the main thread
+    assert where == {"build": [True, False], "open": [True, False]}, "small on the loop, large off it"
+
+
+def test_threaded_backends_hold_at_most_max_threads_calls() -> None:
+    inner = MemoryBackend()
+    state = {"now": 0, "peak": 0}
+    lock = threading.Lock()
+    real_get = inner.get
+
+    def slow_get(name: str) -> Any:
+        with lock:
+            state["now"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+        time.sleep(0.01)
+        with lock:
+            state["now"] -= 1
+        return real_get(name)
+
+    inner.get = slow_get  # type: ignore[method-assign]
+
+    async def main() -> None:
+        store = berth.aio.AsyncStore(ThreadedBackend(inner, max_threads=3), identity="t", sealer=_sealer())
+        await store.save("k", make_envelope())
+        assert all(p is not None for p in await asyncio.gather(*(store.load("k") for _ in range(30))))
+        await store.aclose()
+
+    asyncio.run(main())
+    assert state["peak"] == 3
+    with pytest.raises(ValueError):
+        ThreadedBackend(inner, max_threads=0)
+
+
+@pytest.mark.redis
+def test_redis_waits_for_a_connection_instead_of_failing(redis_url: str) -> None:
+    prefix = f"berth-aio-{uuid.uuid4().hex[:12]}:"
+
+    async def main() -> None:
+        store = berth.aio.open_store(
+            redis_url, identity="many", sealer=_sealer(), prefix=prefix, check_durability=False, max_connections=4
+        )
+        await store.save("k", make_envelope())
+        found = await asyncio.gather(*(store.load("k") for _ in range(300)))  # redis.asyncio's own pool would raise
+        assert all(p is not None for p in found)
+        assert await store.delete_prefix("") == 1
+        await store.aclose()
+
+    asyncio.run(main())
+
+
+@pytest.mark.postgres
+def test_postgres_async_pool_replaces_connections_the_server_killed(postgres_dsn: str) -> None:
+    psycopg = require("psycopg", "PostgreSQL")
+    schema = f"berth_aio_{uuid.uuid4().hex[:12]}"
+    app = f"berth-aio-{uuid.uuid4().hex[:8]}"
+
+    def kill() -> int:
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity a, pg_terminate_backend(a.pid) t "
+                "WHERE a.application_name = %s AND t",
+                (app,),
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+    async def main() -> None:
+        store = berth.aio.open_store(
+            postgres_dsn, identity="pg", sealer=_sealer(), schema=schema, application_name=app, pool_max_size=2
+        )
+        await asyncio.gather(*(store.save(f"k{i}", make_envelope()) for i in range(4)))
+        assert await asyncio.to_thread(kill) >= 1
+        await asyncio.sleep(0.05)  # the server's goodbye reaches the idle sockets
+        found = await store.load_many([f"k{i}" for i in range(4)])  # no BackendError: dead ones are dropped
+        assert all(p is not None for p in found)
+        with pytest.raises(berth.BackendError, match="pool_timeout|no free connection"):
+            await asyncio.wait_for(_hold_all_then_call(store), timeout=30)
+        await store.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def _hold_all_then_call(store: berth.aio.AsyncStore) -> None:
+    pool = store.backend._pool  # type: ignore[attr-defined]
+    pool._timeout = 0.2
+    held = [await pool.take(), await pool.take()]
+    try:
+        await store.load("k0")
+    finally:
+        for lease in held:
+            await pool.give(lease)
+
+
+def test_berth_aio_is_reachable_from_import_berth() -> None:
+    assert berth.aio.open_store is not None and "aio" in berth.__all__
+    assert callable(berth.aio.Coordinator)
+
+
+def test_async_delete_prefix_and_listing_order() -> None:
+    async def main() -> tuple[list[str], list[str], int]:
+        store = berth.aio.open_store("memory://", identity="order", sealer=_sealer())
+        for key in ("t1/b", "t1/a", "t10/a", "t1/c"):
+            await store.save(key, make_envelope(key))
+        latest = [item.key async for item in store.list("t1/", limit=1, reverse=True)]
+        ordered = [item.key async for item in store.list()]
+        gone = await store.delete_prefix("t1/")
+        await store.aclose()
+        return latest, ordered, gone
+
+    latest, ordered, gone = asyncio.run(main())
+    assert latest == ["t1/c"] and ordered == ["t1/a", "t1/b", "t1/c", "t10/a"] and gone == 3
