@@ -168,7 +168,8 @@ def report(results: dict[str, dict[str, Any]], tasks: int, threads: int) -> str:
         lines.append(
             f"| {kind} | {wide['cycles_per_s']:,.0f}/s | {like['cycles_per_s']:,.0f}/s | {sync['cycles_per_s']:,.0f}/s "
             f"| {like['cycles_per_s'] / sync['cycles_per_s']:.2f}× "
-            f"| {wide['lag_max_ms']:.1f} / {wide['lag_p99_ms']:.1f} ms | {like['lag_max_ms']:.1f} / {like['lag_p99_ms']:.1f} ms |"
+            f"| {wide['lag_max_ms']:.1f} / {wide['lag_p99_ms']:.1f} ms "
+            f"| {like['lag_max_ms']:.1f} / {like['lag_p99_ms']:.1f} ms |"
         )
     return "\n".join(lines)
 

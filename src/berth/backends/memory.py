@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from berth._errors import BerthError, TokenMismatch
 from berth._token import Token
-from berth.backends._bulk import Head, sorted_names
 
 __all__ = ["MemoryBackend"]
 
@@ -20,7 +19,9 @@ class MemoryBackend:
     """A dict of frames guarded by a lock; generations count up from 1 across the bucket.
 
     `memory://` is a fresh, private bucket; `memory://NAME` is shared by every
-    store in this process that opens the same name.
+    store in this process that opens the same name. It has only the four required
+    methods, so ordered listing, batched loads and `delete_prefix` take the portable
+    way (`berth.backends._bulk`) here: the memory contract run tests that way.
     """
 
     def __init__(self) -> None:
@@ -66,32 +67,6 @@ class MemoryBackend:
         with self._lock:
             names = sorted(n for n in self._data if n.startswith(prefix))
         yield from names
-
-    def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
-        """(name, first `size` bytes, token, full size) under `prefix`, in name order."""
-        with self._lock:
-            names = sorted_names((n for n in self._data if n.startswith(prefix)), limit, reverse)
-            rows = [(n, self._data[n]) for n in names]
-        for name, (data, gen) in rows:
-            yield name, data[:size], Token(gen), len(data)
-
-    def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
-        """Every name's data and generation (or None), read at one instant."""
-        with self._lock:
-            found = [self._data.get(name) for name in names]
-        return [None if f is None else (f[0], Token(f[1])) for f in found]
-
-    def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
-        """Delete each name still at its token; whether each was deleted."""
-        out = []
-        with self._lock:
-            for name, token in items:
-                current = self._data.get(name)
-                hit = current is not None and current[1] == token.value
-                if hit:
-                    del self._data[name]
-                out.append(hit)
-        return out
 
     def close(self) -> None:
         pass
