@@ -73,6 +73,10 @@ class _SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+class _LogIn(Exception):
+    """The request must log in first (the login page, or 401 where there is none)."""
+
+
 class _Http(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
@@ -113,8 +117,11 @@ def create_app(
     def loopback_host(request: Request) -> bool:
         return is_loopback(request.url.hostname or "")
 
-    def page_person(request: Request) -> tuple[str, str] | None:
-        """(person, csrf) for a page request, or None when it must log in."""
+    def page_person(request: Request) -> tuple[str, str]:
+        """(person, the CSRF token its forms carry, or "" before one is set) for a page request.
+
+        Raises _LogIn when the request must log in first.
+        """
         person = auth.from_header(request.headers)
         session = auth.session(request.cookies.get(SESSION_COOKIE))
         if session is not None:
@@ -125,7 +132,7 @@ def create_app(
             if not loopback_host(request):
                 raise _Http(421, "without authentication the inbox answers only to a loopback host name")
             return auth.local_person, request.cookies.get(CSRF_COOKIE) or ""
-        return None
+        raise _LogIn()
 
     def api_person(request: Request) -> str:
         person = auth.bearer(request.headers.get("authorization")) or auth.from_header(request.headers)
@@ -137,7 +144,9 @@ def create_app(
             return auth.local_person
         raise _Http(401, "authentication required: send Authorization: Bearer <BERTH_SERVE_TOKEN>")
 
-    def must_log_in(request: Request) -> Response:
+    async def must_log_in(request: Request, exc: Exception) -> Response:
+        if request.url.path == "/inbox/live":  # the page's script reloads, which leads to the login
+            return _plain(401, "log in again")
         if auth.login_form:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse("/login" + (f"?{urlencode({'next': target})}" if target != "/" else ""), 303)
@@ -205,10 +214,7 @@ def create_app(
         }
 
     async def index(request: Request) -> Response:
-        who = page_person(request)
-        if who is None:
-            return must_log_in(request)
-        person, known = who
+        person, known = page_person(request)
         csrf = csrf_for(request, known)
         context = await page_context(request, person, csrf)
         done = request.query_params.get("done")
@@ -218,10 +224,7 @@ def create_app(
         return with_csrf_cookie(request, render("inbox.html", **context), csrf)
 
     async def fragment(request: Request) -> Response:
-        who = page_person(request)
-        if who is None:
-            return PlainTextResponse("log in again", status_code=401)
-        person, known = who
+        person, known = page_person(request)
         context = await page_context(request, person, csrf_for(request, known))
         # what the fragment shows, not its text: relative times change every second and are the script's job
         page = context["page"]
@@ -235,10 +238,7 @@ def create_app(
         return HTMLResponse(html, headers={"etag": etag, "cache-control": "no-cache"})
 
     async def answer_form(request: Request) -> Response:
-        who = page_person(request)
-        if who is None:
-            return must_log_in(request)
-        person, known = who
+        person, known = page_person(request)
         csrf = csrf_for(request, known)
         form = await form_checked(request, known or request.cookies.get(CSRF_COOKIE) or "")
         identity = str(form.get("identity", ""))
@@ -436,6 +436,7 @@ def create_app(
     ]
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         _Http: http_error,
+        _LogIn: must_log_in,
         berth.BackendError: store_error,
     }
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)

@@ -9,39 +9,16 @@ from datetime import datetime
 from typing import Any
 
 import berth
+from berth._cli._output import ago, listing_doc, rfc3339, span
 from berth._serve._auth import Auth
 from berth._serve._inbox import Card, Inbox, Snapshot
 
 __all__ = ["FILTERS", "answer_doc", "card_id", "metrics_text", "question_doc", "run_doc"]
 
 
-def rfc3339(dt: datetime | None) -> str | None:
-    """An aware datetime as RFC 3339 in UTC, or None."""
-    return None if dt is None else dt.isoformat().replace("+00:00", "Z")
-
-
 def card_id(identity: str, key: str) -> str:
     """A stable HTML id for the card of `key` (keys hold characters no id should)."""
     return "q-" + hashlib.sha256(f"{identity}\0{key}".encode()).hexdigest()[:16]
-
-
-def span(seconds: float) -> str:
-    """A short human duration: 42 s, 5 min, 3 h 10 min, 2 d 4 h."""
-    s = int(abs(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min"
-    if s < 86400:
-        h, m = divmod(s // 60, 60)
-        return f"{h} h {m} min" if m else f"{h} h"
-    d, h = divmod(s // 3600, 24)
-    return f"{d} d {h} h" if h else f"{d} d"
-
-
-def ago(dt: datetime, now: datetime) -> str:
-    """How long ago `dt` was, as of `now`."""
-    return f"{span((now - dt).total_seconds())} ago"
 
 
 def countdown(deadline: datetime | None, now: datetime) -> str:
@@ -111,17 +88,8 @@ def answer_doc(card: Card, answer: berth.Answer) -> dict[str, Any]:
 
 
 def run_doc(identity: str, item: berth.Listing) -> dict[str, Any]:
-    """A parked run's header, as `GET /api/runs` returns it (the CLI's `--json` field names)."""
-    return {
-        "identity": identity,
-        "key": item.key,
-        "run_id": item.run_id,
-        "created_at": rfc3339(item.created_at),
-        "deadline": rfc3339(item.deadline),
-        "size": item.size,
-        "labels": dict(item.labels),
-        "sealed_by": item.sealed_by,
-    }
+    """A parked run's header, as `GET /api/runs` returns it (the CLI's `--json` document and the identity)."""
+    return {"identity": identity, **listing_doc(item)}
 
 
 def _label(value: str) -> str:

@@ -8,16 +8,16 @@
   var etag = null;
   var paused = false;
 
-  function span(seconds) {
+  function span(seconds) {  // as the server and the command line write it: 45s, 12m, 3h 5m, 13d 23h
     var s = Math.floor(Math.abs(seconds));
-    if (s < 60) return s + " s";
-    if (s < 3600) return Math.floor(s / 60) + " min";
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m";
     if (s < 86400) {
       var h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
-      return m ? h + " h " + m + " min" : h + " h";
+      return m ? h + "h " + m + "m" : h + "h";
     }
     var d = Math.floor(s / 86400), hh = Math.floor((s % 86400) / 3600);
-    return hh ? d + " d " + hh + " h" : d + " d";
+    return hh ? d + "d " + hh + "h" : d + "d";
   }
 
   function tick() {
