@@ -4,25 +4,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import berth
+import berth.aio
 
 IDENTITY, KEY, WAKERS = "ops-bot", "ops/ticket-7", 4
 
 
-def open_site(url: str, keyring: str) -> tuple[berth.Store, berth.QuestionStore]:
-    """The identity's envelope store and question store, sealed under the keyring, as a process opens them."""
+@contextlib.asynccontextmanager
+async def open_site(url: str, keyring: str) -> AsyncIterator[tuple[berth.aio.AsyncStore, berth.aio.AsyncQuestionStore]]:
+    """The identity's envelope and question stores (`berth.aio`), sealed under the keyring, as a process opens them."""
     sealer = berth.AesGcmSealer(berth.Keyring.load(keyring))
-    store = berth.open_store(url, identity=IDENTITY, sealer=sealer)
-    return store, berth.open_questions(url, identity=IDENTITY, sealer=sealer)
+    store = berth.aio.open_store(url, identity=IDENTITY, sealer=sealer)
+    questions = berth.aio.open_questions(url, identity=IDENTITY, sealer=sealer)
+    async with store, questions:
+        yield store, questions
 
 
 def berth_cli(*args: str) -> str:
@@ -35,15 +40,18 @@ def berth_cli(*args: str) -> str:
     return done.stdout.strip()
 
 
-def race(url: str, keyring: str, wake: Callable[[berth.Store, berth.QuestionStore], Awaitable[Any]]) -> dict[str, Any]:
+def race(url: str, keyring: str, wake: Callable[[Any, Any], Awaitable[Any]]) -> dict[str, Any]:
     """Start WAKERS wakers at one instant, each with its own handles (as another replica's); their outcomes."""
     outcomes: dict[str, Any] = {}
     barrier = threading.Barrier(WAKERS)
 
+    async def one() -> Any:
+        async with open_site(url, keyring) as (store, questions):
+            return await wake(store, questions)
+
     def waker(name: str) -> None:
-        handles = open_site(url, keyring)
         barrier.wait()
-        outcomes[name] = asyncio.run(wake(*handles))  # type: ignore[arg-type]
+        outcomes[name] = asyncio.run(one())
 
     threads = [threading.Thread(target=waker, args=(f"waker-{i}",)) for i in range(1, WAKERS + 1)]
     for t in threads:

@@ -66,8 +66,8 @@ async def main(url: str, keyring: str, answer: str) -> int:
     agent = build_agent()
     result = await Runner.run(agent, "Clean up the old payroll archive repo.")
     print(f"agent:  stopped for {len(result.interruptions)} approval(s): {result.interruptions[0].name}")
-    store, questions = open_site(url, keyring)
-    envelope = await berth.openai_agents.park(store, questions, KEY, result, agent=agent)
+    async with open_site(url, keyring) as (store, questions):  # berth.aio handles
+        envelope = await berth.openai_agents.park(store, questions, KEY, result, agent=agent)
     print(f"agent:  parked run {envelope.run_id} under {KEY!r} until {envelope.deadline:%Y-%m-%d %H:%M} UTC")
 
     # 2. A human answers from the command line, in another process.
@@ -76,7 +76,7 @@ async def main(url: str, keyring: str, answer: str) -> int:
     print("human:  " + berth_cli("answer", f"{KEY}/call-1", answer, "--by", "alice"))
 
     # 3. Four wakers race; exactly one resumes the run.
-    async def wake(store: berth.Store, questions: berth.QuestionStore) -> berth.openai_agents.Outcome:
+    async def wake(store: berth.aio.AsyncStore, questions: berth.aio.AsyncQuestionStore) -> berth.openai_agents.Outcome:
         return await berth.openai_agents.wake(store, questions, KEY, build_agent())
 
     outcomes = race(url, keyring, wake)

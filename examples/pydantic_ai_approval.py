@@ -77,8 +77,8 @@ async def main(url: str, keyring: str, answer: str) -> int:
     requests = result.output
     assert isinstance(requests, DeferredToolRequests)
     print(f"agent:  waits on {len(requests.approvals)} approval(s) and {len(requests.calls)} external result(s)")
-    store, questions = open_site(url, keyring)
-    envelope = await berth.pydantic_ai.park(store, questions, KEY, result, agent=agent)
+    async with open_site(url, keyring) as (store, questions):  # berth.aio handles
+        envelope = await berth.pydantic_ai.park(store, questions, KEY, result, agent=agent)
     print(f"agent:  parked run {envelope.run_id} under {KEY!r} until {envelope.deadline:%Y-%m-%d %H:%M} UTC")
 
     # 2. Humans answer from the command line, in other processes: one answer per question.
@@ -88,7 +88,7 @@ async def main(url: str, keyring: str, answer: str) -> int:
     print("human:  " + berth_cli("answer", f"{KEY}/call-2", "ticket 7 was closed by bob", "--by", "bob"))
 
     # 3. Four wakers race; exactly one resumes the run.
-    async def wake(store: berth.Store, questions: berth.QuestionStore) -> berth.pydantic_ai.Outcome:
+    async def wake(store: berth.aio.AsyncStore, questions: berth.aio.AsyncQuestionStore) -> berth.pydantic_ai.Outcome:
         return await berth.pydantic_ai.wake(store, questions, KEY, build_agent())
 
     outcomes = race(url, keyring, wake)

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import berth
+import berth.aio
 from berth.testing import FakeClock
 
 IDENTITY = "ops-bot"
 KEY = "tickets/7"
 WAKERS = 4
+T = TypeVar("T")
 
 
 @dataclass
@@ -30,6 +33,21 @@ class Site:
         store = berth.open_store(self.url, identity=IDENTITY, sealer=self.sealer, clock=self.clock)
         questions = berth.open_questions(self.url, identity=IDENTITY, sealer=self.sealer, clock=self.clock)
         return store, questions
+
+    @contextlib.asynccontextmanager
+    async def aio(self) -> AsyncIterator[tuple[berth.aio.AsyncStore, berth.aio.AsyncQuestionStore]]:
+        """Fresh `berth.aio` handles (what an asyncio host opens), closed on exit."""
+        store = berth.aio.open_store(self.url, identity=IDENTITY, sealer=self.sealer, clock=self.clock)
+        questions = berth.aio.open_questions(self.url, identity=IDENTITY, sealer=self.sealer, clock=self.clock)
+        async with store, questions:
+            yield store, questions
+
+    async def with_handles(self, use: Callable[[Any, Any], Awaitable[T]], *, native: bool = True) -> T:
+        """Run `use(store, questions)` with fresh handles: `berth.aio` ones, or sync ones (`native=False`)."""
+        if not native:
+            return await use(*self.open())
+        async with self.aio() as handles:
+            return await use(*handles)
 
     def answer(self, *texts: str, key: str = KEY, by: str = "alice") -> None:
         """Answer the questions `<key>/call-1`, `<key>/call-2`, ... with `texts`, in order."""
@@ -65,9 +83,8 @@ def make_site(tmp_path: Path) -> Site:
     return Site(f"sqlite:///{tmp_path / 'berth.db'}", berth.AesGcmSealer(berth.Keyring.generate()))
 
 
-def race(site: Site, wake: Callable[[berth.Store, berth.QuestionStore], Coroutine[Any, Any, Any]]) -> list[Any]:
+def race(site: Site, wake: Callable[[Any, Any], Awaitable[Any]], *, native: bool = True) -> list[Any]:
     """Start `WAKERS` threads at one instant, each with its own handles and event loop; return their outcomes."""
-    handles = [site.open() for _ in range(WAKERS)]
     barrier = threading.Barrier(WAKERS)
     outcomes: list[Any] = [None] * WAKERS
     errors: list[BaseException] = []
@@ -75,7 +92,7 @@ def race(site: Site, wake: Callable[[berth.Store, berth.QuestionStore], Coroutin
     def run(i: int) -> None:
         try:
             barrier.wait(timeout=30)
-            outcomes[i] = asyncio.run(wake(*handles[i]))
+            outcomes[i] = asyncio.run(site.with_handles(wake, native=native))
         except BaseException as exc:  # surfaced below, in the test's thread
             errors.append(exc)
 

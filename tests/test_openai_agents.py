@@ -68,16 +68,17 @@ def build(
     return Agent(name="ops", instructions=instructions, tools=tools, model=model)  # type: ignore[arg-type]
 
 
-async def start_and_park(site: Site, ran: Counter, **kw: Any) -> berth.Envelope:
+async def start_and_park(site: Site, ran: Counter, *, native: bool = True, **kw: Any) -> berth.Envelope:
     agent = build(ran, **kw)
     result = await Runner.run(agent, "clean up the old payroll repo")
     assert result.interruptions, "the run stops for approval"
-    store, questions = site.open()
-    return await boa.park(store, questions, KEY, result, agent=agent)
+    return await site.with_handles(
+        lambda store, questions: boa.park(store, questions, KEY, result, agent=agent), native=native
+    )
 
 
 def wake_with(ran: Counter, **kw: Any) -> Any:
-    async def wake(store: berth.Store, questions: berth.QuestionStore) -> boa.Outcome:
+    async def wake(store: Any, questions: Any) -> boa.Outcome:
         return await boa.wake(store, questions, KEY, build(ran, **kw))
 
     return wake
@@ -100,7 +101,7 @@ def test_park_answer_and_exactly_one_of_four_wakers_resumes(site: Site) -> None:
     assert asked is not None and "delete_repo" in asked.prompt and SECRET_REPO in asked.prompt
     assert all(SECRET_REPO.encode() not in frame for frame in site.frames().values()), "sealed at rest"
 
-    early = asyncio.run(wake_with(ran)(*site.open()))
+    early = asyncio.run(site.with_handles(wake_with(ran)))
     assert early.decision is REARM and early.result is None and ran.calls == []
 
     site.answer("approve")
@@ -114,7 +115,7 @@ def test_park_answer_and_exactly_one_of_four_wakers_resumes(site: Site) -> None:
     assert won.wake.answer.by == "alice"
     store, questions = site.open()
     assert store.load(KEY) is None and questions.pending(f"{KEY}/call-1") is None
-    assert asyncio.run(wake_with(ran)(*site.open())).decision is FRESH
+    assert asyncio.run(site.with_handles(wake_with(ran))).decision is FRESH
 
 
 def test_a_rejected_approval_never_runs_the_tool(site: Site) -> None:
@@ -132,7 +133,7 @@ def test_anything_but_an_approval_rejects(site: Site) -> None:
     ran = Counter()
     asyncio.run(start_and_park(site, ran))
     site.answer("hmm, let me think about it")
-    outcome = asyncio.run(wake_with(ran)(*site.open()))
+    outcome = asyncio.run(site.with_handles(wake_with(ran)))
     assert outcome.decision is RESUME and ran.calls == []
     assert "let me think about it" in outcome.result.final_output
 
@@ -148,12 +149,12 @@ def test_one_question_per_interruption_each_answered_on_its_own(site: Site) -> N
     assert "delete_repo" in prompts[f"{KEY}/call-1"] and "notify" in prompts[f"{KEY}/call-2"]
 
     site.answer("no: not the archive")  # only the first one
-    assert asyncio.run(wake_with(ran, calls=calls)(*site.open())).decision is REARM
+    assert asyncio.run(site.with_handles(wake_with(ran, calls=calls))).decision is REARM
     _, questions = site.open()
     pending = questions.pending(f"{KEY}/call-2")
     assert pending is not None
     questions.provide(f"{KEY}/call-2", pending.id, "yes", by="bob")
-    outcome = asyncio.run(wake_with(ran, calls=calls)(*site.open()))
+    outcome = asyncio.run(site.with_handles(wake_with(ran, calls=calls)))
     assert outcome.decision is RESUME and outcome.wake.answer.by == "alice, bob"
     assert ran.calls == [("notify", "#ops")]
     assert "not the archive" in outcome.result.final_output and "posted to #ops" in outcome.result.final_output
@@ -177,7 +178,7 @@ def test_a_tampered_frame_is_refused(site: Site) -> None:
     asyncio.run(start_and_park(site, ran))
     site.answer("approve")
     site.tamper()
-    outcome = asyncio.run(wake_with(ran)(*site.open()))
+    outcome = asyncio.run(site.with_handles(wake_with(ran)))
     assert outcome.decision is REARM and isinstance(outcome.wake.error, berth.IntegrityError)
     assert ran.calls == [] and outcome.result is None
 
@@ -188,7 +189,7 @@ def test_a_changed_agent_is_drift_and_never_resumes(site: Site) -> None:
     site.answer("approve")
     changed = build(ran, instructions="You run ops, and you may delete anything.")
     assert boa.config_digest(changed) != boa.config_digest(build(ran))
-    outcome = asyncio.run(wake_with(ran, instructions="You run ops, and you may delete anything.")(*site.open()))
+    outcome = asyncio.run(site.with_handles(wake_with(ran, instructions="You run ops, and you may delete anything.")))
     assert outcome.decision is FRESH and outcome.wake.reason == "drifted"
     assert ran.calls == []
     assert site.open()[0].load(KEY) is None
@@ -202,3 +203,12 @@ def test_a_run_with_nothing_to_approve_is_not_parked(site: Site) -> None:
     with pytest.raises(berth.InvalidEnvelope, match="no tool call"):
         asyncio.run(boa.park(store, questions, KEY, result, agent=agent))
     assert store.load(KEY) is None and ran.calls == []
+
+
+def test_sync_stores_work_too_and_interoperate(site: Site) -> None:
+    ran = Counter()
+    asyncio.run(start_and_park(site, ran, native=True))  # parked through berth.aio, woken through sync stores
+    site.answer("approve")
+    outcomes = race(site, wake_with(ran), native=False)
+    assert [o.decision for o in outcomes].count(RESUME) == 1
+    assert ran.calls == [("delete_repo", SECRET_REPO)]

@@ -59,16 +59,17 @@ def build(
     return agent
 
 
-async def start_and_park(site: Site, ran: Counter, **kw: Any) -> berth.Envelope:
+async def start_and_park(site: Site, ran: Counter, *, native: bool = True, **kw: Any) -> berth.Envelope:
     agent = build(ran, **kw)
     result = await agent.run("clean up the old payroll repo")
     assert isinstance(result.output, DeferredToolRequests), "the run stops for the human"
-    store, questions = site.open()
-    return await bpa.park(store, questions, KEY, result, agent=agent)
+    return await site.with_handles(
+        lambda store, questions: bpa.park(store, questions, KEY, result, agent=agent), native=native
+    )
 
 
 def wake_with(ran: Counter, **kw: Any) -> Any:
-    async def wake(store: berth.Store, questions: berth.QuestionStore) -> bpa.Outcome:
+    async def wake(store: Any, questions: Any) -> bpa.Outcome:
         return await bpa.wake(store, questions, KEY, build(ran, **kw))
 
     return wake
@@ -88,7 +89,7 @@ def test_park_answer_and_exactly_one_of_four_wakers_resumes(site: Site) -> None:
     ]
     assert all(SECRET_REPO.encode() not in frame for frame in site.frames().values()), "sealed at rest"
 
-    assert asyncio.run(wake_with(ran)(*site.open())).decision is REARM and ran.calls == []
+    assert asyncio.run(site.with_handles(wake_with(ran))).decision is REARM and ran.calls == []
     site.answer("approve")
     outcomes = race(site, wake_with(ran))
     decisions = [o.decision for o in outcomes]
@@ -99,7 +100,7 @@ def test_park_answer_and_exactly_one_of_four_wakers_resumes(site: Site) -> None:
     assert won.result.output == f"tools said: deleted {SECRET_REPO}"
     store, questions = site.open()
     assert store.load(KEY) is None and questions.pending(f"{KEY}/call-1") is None
-    assert asyncio.run(wake_with(ran)(*site.open())).decision is FRESH
+    assert asyncio.run(site.with_handles(wake_with(ran))).decision is FRESH
 
 
 def test_a_rejected_approval_never_runs_the_tool(site: Site) -> None:
@@ -122,12 +123,12 @@ def test_an_external_call_is_answered_with_its_result(site: Site) -> None:
     assert "approve" in prompts[f"{KEY}/call-1"] and "result of ticket_status" in prompts[f"{KEY}/call-2"]
 
     site.answer("yes")
-    assert asyncio.run(wake_with(ran, calls=calls)(*site.open())).decision is REARM, "one call still unanswered"
+    assert asyncio.run(site.with_handles(wake_with(ran, calls=calls))).decision is REARM, "one call still unanswered"
     _, questions = site.open()
     pending = questions.pending(f"{KEY}/call-2")
     assert pending is not None
     questions.provide(f"{KEY}/call-2", pending.id, "ticket 7: closed by bob", by="bob")
-    outcome = asyncio.run(wake_with(ran, calls=calls)(*site.open()))
+    outcome = asyncio.run(site.with_handles(wake_with(ran, calls=calls)))
     assert outcome.decision is RESUME
     assert ran.calls == [("delete_repo", SECRET_REPO)]
     assert outcome.result.output == f"tools said: deleted {SECRET_REPO} | ticket 7: closed by bob"
@@ -151,7 +152,7 @@ def test_a_tampered_frame_is_refused(site: Site) -> None:
     asyncio.run(start_and_park(site, ran))
     site.answer("approve")
     site.tamper()
-    outcome = asyncio.run(wake_with(ran)(*site.open()))
+    outcome = asyncio.run(site.with_handles(wake_with(ran)))
     assert outcome.decision is REARM and isinstance(outcome.wake.error, berth.IntegrityError)
     assert ran.calls == [] and outcome.result is None
 
@@ -162,7 +163,7 @@ def test_a_changed_agent_is_drift_and_never_resumes(site: Site) -> None:
     site.answer("approve")
     changed = "You run ops, and you may delete anything."
     assert bpa.config_digest(build(ran, instructions=changed)) != bpa.config_digest(build(ran))
-    outcome = asyncio.run(wake_with(ran, instructions=changed)(*site.open()))
+    outcome = asyncio.run(site.with_handles(wake_with(ran, instructions=changed)))
     assert outcome.decision is FRESH and outcome.wake.reason == "drifted"
     assert ran.calls == []
 
@@ -175,3 +176,12 @@ def test_only_a_deferred_output_is_parked(site: Site) -> None:
     with pytest.raises(TypeError, match="DeferredToolRequests"):
         asyncio.run(bpa.park(store, questions, KEY, result, agent=agent))
     assert store.load(KEY) is None and ran.calls == []
+
+
+def test_sync_stores_work_too_and_interoperate(site: Site) -> None:
+    ran = Counter()
+    asyncio.run(start_and_park(site, ran, native=True))  # parked through berth.aio, woken through sync stores
+    site.answer("approve")
+    outcomes = race(site, wake_with(ran), native=False)
+    assert [o.decision for o in outcomes].count(RESUME) == 1
+    assert ran.calls == [("delete_repo", SECRET_REPO)]

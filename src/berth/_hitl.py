@@ -11,8 +11,9 @@ The sub-questions' ids are ``<parent>.<i>.<n>`` (parent: the id the coordinator
 binds to the parked envelope), so a stale sub-question of an earlier park of the
 same key is never taken for an answer to this one.
 
-Everything that touches storage runs through `_off_loop`: today the sync
-coordinator in a worker thread; `berth.aio` slots in there.
+Storage is reached through `berth.aio` when the host hands `berth.aio` stores (the
+coordinator awaited; natively async on PostgreSQL and Redis), and through the sync
+coordinator in a worker thread when it hands sync ones: `Parking._drive`.
 """
 
 from __future__ import annotations
@@ -21,15 +22,19 @@ import asyncio
 import json
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
+from berth._aio_questions import AsyncQuestionStore
+from berth._aio_questions import Coordinator as AsyncCoordinator
+from berth._aio_store import AsyncStore
 from berth._answers import frame_answer
 from berth._coordinator import Coordinator, Wake, WakeDecision
 from berth._envelope import Envelope, check_resumable
 from berth._errors import BerthError, InvalidEnvelope, where
 from berth._keys import validate_key
+from berth._plan import Plan, arun, call, run
 from berth._questions import Answer, Question, QuestionStore
 from berth._store import Store
 
@@ -41,11 +46,6 @@ T = TypeVar("T")
 
 _APPROVE = frozenset({"approve", "approved", "yes", "y", "ok", "allow", "allowed", "lgtm"})
 _REJECT = frozenset({"reject", "rejected", "deny", "denied", "no", "n"})
-
-
-async def _off_loop(fn: Callable[..., T], *args: Any) -> T:
-    # The one place storage is called from the event loop: berth.aio replaces this thread hop.
-    return await asyncio.to_thread(fn, *args)
 
 
 def call_key(key: str, index: int) -> str:
@@ -92,48 +92,45 @@ def _prompt(call: Pending, run_id: str) -> str:
 
 
 class CallQuestions:
-    """A question store view for the coordinator: one question per pending call, answered as a set."""
+    """A question store view for the coordinator: one question per pending call, answered as a set.
 
-    def __init__(
-        self,
-        questions: QuestionStore,
-        calls: Sequence[Pending] = (),
-        deadline: datetime | None = None,
-    ):
+    Each method is a plan (`berth._plan`) run against a `berth.QuestionStore`;
+    `AsyncCallQuestions` runs the same plans against a `berth.aio.AsyncQuestionStore`.
+    """
+
+    def __init__(self, questions: Any, calls: Sequence[Pending] = (), deadline: datetime | None = None):
         self.questions = questions
         self.calls = tuple(calls)
         self.deadline = deadline
 
-    def ask(self, key: str, prompt: str, *, run_id: str, question_id: str) -> Question:
+    def _ask(self, key: str, prompt: str, run_id: str, question_id: str) -> Plan[Question]:
         n = len(self.calls)
         # The first call's question is asked last: once it names this parent, all of them do.
         for i in range(n, 0, -1):
-            call = self.calls[i - 1]
-            self.questions.ask(
-                call_key(key, i),
-                _prompt(call, run_id),
-                run_id=run_id,
-                question_id=f"{question_id}.{i}.{n}",
-                deadline=self.deadline,
-            )
+            call_ = self.calls[i - 1]
+            prompt_i = _prompt(call_, run_id)
+            yield call(
+                "questions", "ask", call_key(key, i), prompt_i, run_id=run_id,
+                question_id=f"{question_id}.{i}.{n}", deadline=self.deadline,
+            )  # fmt: skip
         i = n + 1
-        while (stale := self.questions.pending(call_key(key, i))) is not None:  # an earlier park's extra calls
-            self.questions.consume(call_key(key, i), stale.id)
+        while (stale := (yield call("questions", "pending", call_key(key, i)))) is not None:
+            yield call("questions", "consume", call_key(key, i), stale.id)  # an earlier park's extra calls
             i += 1
-        first = self.questions.pending(call_key(key, 1))
+        first = yield call("questions", "pending", call_key(key, 1))
         assert first is not None
         return Question(question_id, key, run_id, prompt, first.asked_at)
 
-    def pending(self, key: str) -> Question | None:
-        first = self.questions.pending(call_key(key, 1))
+    def _pending(self, key: str) -> Plan[Question | None]:
+        first = yield call("questions", "pending", call_key(key, 1))
         if first is None:
             return None
         parent = first.id.split(".", 1)[0]
         return Question(parent, key, first.run_id, first.prompt, first.asked_at)
 
-    def answer(self, key: str) -> Answer | None:
+    def _answer(self, key: str) -> Plan[Answer | None]:
         # One read per call: the question (naming the park and the count) with its answer.
-        first = self.questions.record(call_key(key, 1))
+        first = yield call("questions", "record", call_key(key, 1))
         if first is None:
             return None
         parent, _, count = first[0].id.partition(".1.")
@@ -142,7 +139,7 @@ class CallQuestions:
         n = int(count)
         answers: list[Answer] = []
         for i in range(1, n + 1):
-            record = first if i == 1 else self.questions.record(call_key(key, i))
+            record = first if i == 1 else (yield call("questions", "record", call_key(key, i)))
             if record is None or record[1] is None or record[0].id != f"{parent}.{i}.{n}":
                 return None
             answers.append(record[1])
@@ -150,13 +147,54 @@ class CallQuestions:
         text = json.dumps([a.text for a in answers])
         return Answer(parent, text, by, max(a.answered_at for a in answers))
 
-    def consume(self, key: str, question_id: str) -> bool:
+    def _consume(self, key: str, question_id: str) -> Plan[bool]:
         removed = False
         i = 1
-        while (q := self.questions.pending(call_key(key, i))) is not None and q.id.startswith(question_id + "."):
-            removed = self.questions.consume(call_key(key, i), q.id) or removed
+        while True:
+            q = yield call("questions", "pending", call_key(key, i))
+            if q is None or not q.id.startswith(question_id + "."):
+                return removed
+            removed = (yield call("questions", "consume", call_key(key, i), q.id)) or removed
             i += 1
-        return removed
+
+    def _run(self, plan: Plan[T]) -> T:
+        return run(plan, {"questions": self.questions})
+
+    def ask(self, key: str, prompt: str, *, run_id: str, question_id: str) -> Question:
+        return self._run(self._ask(key, prompt, run_id, question_id))
+
+    def pending(self, key: str) -> Question | None:
+        return self._run(self._pending(key))
+
+    def answer(self, key: str) -> Answer | None:
+        return self._run(self._answer(key))
+
+    def consume(self, key: str, question_id: str) -> bool:
+        return self._run(self._consume(key, question_id))
+
+
+class AsyncCallQuestions(CallQuestions):
+    """`CallQuestions` awaited, over a `berth.aio.AsyncQuestionStore`, for `berth.aio.Coordinator`."""
+
+    @property
+    def sync(self) -> CallQuestions:
+        """The same view over the sync twin (what the coordinator's core inspects, never calls)."""
+        return CallQuestions(self.questions.sync, self.calls, self.deadline)
+
+    async def _arun(self, plan: Plan[T]) -> T:
+        return await arun(plan, {"questions": self.questions})
+
+    async def ask(self, key: str, prompt: str, *, run_id: str, question_id: str) -> Question:  # type: ignore[override]
+        return await self._arun(self._ask(key, prompt, run_id, question_id))
+
+    async def pending(self, key: str) -> Question | None:  # type: ignore[override]
+        return await self._arun(self._pending(key))
+
+    async def answer(self, key: str) -> Answer | None:  # type: ignore[override]
+        return await self._arun(self._answer(key))
+
+    async def consume(self, key: str, question_id: str) -> bool:  # type: ignore[override]
+        return await self._arun(self._consume(key, question_id))
 
 
 def _json_or_text(arguments: str) -> bytes:
@@ -180,16 +218,21 @@ class Parking:
 
     def __init__(
         self,
-        store: Store,
-        questions: QuestionStore,
+        store: Store | AsyncStore,
+        questions: QuestionStore | AsyncQuestionStore,
         *,
         provider: str,
         model: str,
         config_digest: str,
         default_deadline: timedelta = timedelta(days=14),
     ):
-        if not isinstance(questions, QuestionStore):
-            raise TypeError(f"questions must be a berth.QuestionStore, got {type(questions).__name__}")
+        self.native = isinstance(store, AsyncStore)
+        want = (AsyncStore, AsyncQuestionStore) if self.native else (Store, QuestionStore)
+        if not isinstance(store, want[0]) or not isinstance(questions, want[1]):
+            raise TypeError(
+                "pass a berth.aio.AsyncStore and a berth.aio.AsyncQuestionStore, or a berth.Store and a "
+                f"berth.QuestionStore; got {type(store).__name__} and {type(questions).__name__}"
+            )
         self.store = store
         self.questions = questions
         self.provider = provider
@@ -206,13 +249,16 @@ class Parking:
             now=self.store.now(),
         )
 
-    def _coordinator(self, calls: Sequence[Pending] = (), deadline: datetime | None = None) -> Coordinator:
-        return Coordinator(
-            self.store,
-            CallQuestions(self.questions, calls, deadline),
-            default_deadline=self.default_deadline,
-            validate=self._validate,
-        )
+    async def _drive(
+        self, method: str, key: str, *args: Any, calls: Sequence[Pending] = (), deadline: Any = None
+    ) -> Any:
+        """`suspend` or `wake` of a coordinator over this parking's stores: awaited, or sync in a worker thread."""
+        options: dict[str, Any] = {"default_deadline": self.default_deadline, "validate": self._validate}
+        if self.native:
+            aio = AsyncCoordinator(self.store, AsyncCallQuestions(self.questions, calls, deadline), **options)  # type: ignore[arg-type]
+            return await getattr(aio, method)(key, *args)
+        sync = Coordinator(self.store, CallQuestions(self.questions, calls, deadline), **options)  # type: ignore[arg-type]
+        return await asyncio.to_thread(getattr(sync, method), key, *args)
 
     def envelope(
         self,
@@ -251,11 +297,12 @@ class Parking:
         )
 
     async def park(self, key: str, envelope: Envelope, calls: Sequence[Pending]) -> Envelope:
-        coordinator = self._coordinator(calls, envelope.deadline)
-        return await _off_loop(coordinator.suspend, key, envelope)
+        parked: Envelope = await self._drive("suspend", key, envelope, calls=calls, deadline=envelope.deadline)
+        return parked
 
     async def wake(self, key: str) -> Wake:
-        return await _off_loop(self._coordinator().wake, key)
+        woke: Wake = await self._drive("wake", key)
+        return woke
 
 
 def answers_by_call(wake: Wake) -> dict[str, str]:

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from berth._aio_questions import AsyncQuestionStore
+from berth._aio_store import AsyncStore
 from berth._coordinator import WakeDecision
 from berth._envelope import Envelope, digest_json
 from berth._hitl import Outcome, Parking, Pending, answers_by_call, parse_approval, rejection
@@ -93,7 +95,12 @@ def config_digest(agent: Agent[Any]) -> str:
     )
 
 
-def _parking(store: Store, questions: QuestionStore, agent: Agent[Any], default_deadline: timedelta) -> Parking:
+def _parking(
+    store: Store | AsyncStore,
+    questions: QuestionStore | AsyncQuestionStore,
+    agent: Agent[Any],
+    default_deadline: timedelta,
+) -> Parking:
     return Parking(
         store,
         questions,
@@ -113,8 +120,8 @@ def _calls(state: RunState[Any, Any]) -> list[Pending]:
 
 
 async def park(
-    store: Store,
-    questions: QuestionStore,
+    store: Store | AsyncStore,
+    questions: QuestionStore | AsyncQuestionStore,
     key: str,
     result: RunResult | RunState[Any, Any],
     *,
@@ -128,8 +135,9 @@ async def park(
     """Park a run interrupted for tool approvals under `key`, and ask one question per approval.
 
     Args:
-        store: the identity's envelope store.
-        questions: the identity's question store.
+        store: the identity's envelope store: a `berth.aio.AsyncStore` (awaited, natively async on
+            PostgreSQL and Redis), or a `berth.Store` (run in a worker thread).
+        questions: the identity's question store, of the same kind (`berth.aio.open_questions`).
         key: the run's name within the identity; the questions are `<key>/call-<i>`.
         result: the interrupted `RunResult` (or its `RunState`).
         agent: the run's starting agent; its `config_digest` is parked with the run.
@@ -160,8 +168,8 @@ async def park(
 
 
 async def wake(
-    store: Store,
-    questions: QuestionStore,
+    store: Store | AsyncStore,
+    questions: QuestionStore | AsyncQuestionStore,
     key: str,
     agent: Agent[Any],
     *,
@@ -177,8 +185,9 @@ async def wake(
     anything else: fail closed); a rejected tool never runs, its reason goes to the model.
 
     Args:
-        store: the identity's envelope store.
-        questions: the identity's question store.
+        store: the identity's envelope store: a `berth.aio.AsyncStore` (awaited, natively async on
+            PostgreSQL and Redis), or a `berth.Store` (run in a worker thread).
+        questions: the identity's question store, of the same kind (`berth.aio.open_questions`).
         key: the key the run was parked under.
         agent: the starting agent to resume with; a configuration other than the parked
             one's is drift: the run is dropped (FRESH, reason "drifted").

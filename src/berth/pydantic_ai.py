@@ -27,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from berth._aio_questions import AsyncQuestionStore
+from berth._aio_store import AsyncStore
 from berth._coordinator import WakeDecision
 from berth._envelope import Envelope, digest_json
 from berth._hitl import Outcome, Parking, Pending, answers_by_call, parse_approval, rejection
@@ -100,7 +102,12 @@ def config_digest(agent: Agent[Any, Any]) -> str:
     )
 
 
-def _parking(store: Store, questions: QuestionStore, agent: Agent[Any, Any], default_deadline: timedelta) -> Parking:
+def _parking(
+    store: Store | AsyncStore,
+    questions: QuestionStore | AsyncQuestionStore,
+    agent: Agent[Any, Any],
+    default_deadline: timedelta,
+) -> Parking:
     return Parking(
         store,
         questions,
@@ -112,8 +119,8 @@ def _parking(store: Store, questions: QuestionStore, agent: Agent[Any, Any], def
 
 
 async def park(
-    store: Store,
-    questions: QuestionStore,
+    store: Store | AsyncStore,
+    questions: QuestionStore | AsyncQuestionStore,
     key: str,
     result: Any,
     *,
@@ -126,8 +133,9 @@ async def park(
     """Park a run whose output is `DeferredToolRequests` under `key`, asking one question per deferred call.
 
     Args:
-        store: the identity's envelope store.
-        questions: the identity's question store.
+        store: the identity's envelope store: a `berth.aio.AsyncStore` (awaited, natively async on
+            PostgreSQL and Redis), or a `berth.Store` (run in a worker thread).
+        questions: the identity's question store, of the same kind (`berth.aio.open_questions`).
         key: the run's name within the identity; the questions are `<key>/call-<i>`
             (approvals first, then external calls, each in the run's order).
         result: the `AgentRunResult` whose `output` is a `DeferredToolRequests`.
@@ -164,8 +172,8 @@ async def park(
 
 
 async def wake(
-    store: Store,
-    questions: QuestionStore,
+    store: Store | AsyncStore,
+    questions: QuestionStore | AsyncQuestionStore,
     key: str,
     agent: Agent[Any, Any],
     *,
@@ -180,8 +188,9 @@ async def wake(
     closed) with `ToolDenied(reason)`; an external call's answer text is its result.
 
     Args:
-        store: the identity's envelope store.
-        questions: the identity's question store.
+        store: the identity's envelope store: a `berth.aio.AsyncStore` (awaited, natively async on
+            PostgreSQL and Redis), or a `berth.Store` (run in a worker thread).
+        questions: the identity's question store, of the same kind (`berth.aio.open_questions`).
         key: the key the run was parked under.
         agent: the agent to resume with; another configuration than the parked one's is
             drift: the run is dropped (FRESH, reason "drifted").
