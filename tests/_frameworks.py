@@ -115,3 +115,14 @@ class Counter:
     def __call__(self, value: Any) -> None:
         with self._lock:
             self.calls.append(value)
+
+
+def assert_woken_once_through_sync_stores(
+    site: Site, park: Awaitable[Any], wake: Callable[[Any, Any], Awaitable[Any]], ran: Counter, expected: Any
+) -> None:
+    """Park (through `berth.aio`), approve, race wakers holding sync stores: one resumes, the tool runs once."""
+    asyncio.run(park)  # type: ignore[arg-type]
+    site.answer("approve")
+    outcomes = race(site, wake, native=False)
+    assert [o.decision for o in outcomes].count(berth.WakeDecision.RESUME) == 1
+    assert ran.calls == [expected]

@@ -20,7 +20,7 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 
 import berth  # noqa: E402
 import berth.openai_agents as boa  # noqa: E402
-from tests._frameworks import KEY, Counter, Site, make_site, race  # noqa: E402
+from tests._frameworks import KEY, Counter, Site, assert_woken_once_through_sync_stores, make_site, race  # noqa: E402
 
 set_tracing_disabled(True)
 
@@ -207,8 +207,5 @@ def test_a_run_with_nothing_to_approve_is_not_parked(site: Site) -> None:
 
 def test_sync_stores_work_too_and_interoperate(site: Site) -> None:
     ran = Counter()
-    asyncio.run(start_and_park(site, ran, native=True))  # parked through berth.aio, woken through sync stores
-    site.answer("approve")
-    outcomes = race(site, wake_with(ran), native=False)
-    assert [o.decision for o in outcomes].count(RESUME) == 1
-    assert ran.calls == [("delete_repo", SECRET_REPO)]
+    park = start_and_park(site, ran, native=True)  # parked through berth.aio, woken through sync stores
+    assert_woken_once_through_sync_stores(site, park, wake_with(ran), ran, ("delete_repo", SECRET_REPO))

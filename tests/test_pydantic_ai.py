@@ -17,7 +17,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 
 import berth  # noqa: E402
 import berth.pydantic_ai as bpa  # noqa: E402
-from tests._frameworks import KEY, Counter, Site, make_site, race  # noqa: E402
+from tests._frameworks import KEY, Counter, Site, assert_woken_once_through_sync_stores, make_site, race  # noqa: E402
 
 FRESH, REARM, RESUME = berth.WakeDecision.FRESH, berth.WakeDecision.REARM, berth.WakeDecision.RESUME
 SECRET_REPO = "acme/payroll-archive"
@@ -180,8 +180,5 @@ def test_only_a_deferred_output_is_parked(site: Site) -> None:
 
 def test_sync_stores_work_too_and_interoperate(site: Site) -> None:
     ran = Counter()
-    asyncio.run(start_and_park(site, ran, native=True))  # parked through berth.aio, woken through sync stores
-    site.answer("approve")
-    outcomes = race(site, wake_with(ran), native=False)
-    assert [o.decision for o in outcomes].count(RESUME) == 1
-    assert ran.calls == [("delete_repo", SECRET_REPO)]
+    park = start_and_park(site, ran, native=True)  # parked through berth.aio, woken through sync stores
+    assert_woken_once_through_sync_stores(site, park, wake_with(ran), ran, ("delete_repo", SECRET_REPO))
