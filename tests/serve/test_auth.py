@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,6 +67,19 @@ def test_the_command_refuses_to_serve_off_loopback_without_authentication(
     monkeypatch.setenv("BERTH_SERVE_TOKEN", "short")
     short = CliRunner().invoke(cli, ["serve"])
     assert short.exit_code == 2 and "shorter than 16" in short.output
+
+
+def test_the_command_says_in_one_line_when_its_port_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BERTH_SERVE_TOKEN", raising=False)
+    monkeypatch.setenv("BERTH_URL", f"sqlite://{tmp_path}/b.db")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["serve", "--port", str(port)])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and f"cannot listen on 127.0.0.1:{port}" in lines[0], result.output
 
 
 def test_serve_help_documents_everything() -> None:

@@ -73,10 +73,8 @@ def serve_cmd(
       BERTH_KEYRING=keys.json berth serve --identity pr-bot --identity support
       BERTH_SERVE_TOKEN=alice:$(openssl rand -hex 24) berth serve --host 0.0.0.0
     """
-    try:
-        from berth import _serve
-    except ImportError as exc:  # pragma: no cover - the extra is installed in the test environment
-        bad_usage(f"berth serve needs the serve extra: pip install 'berth[serve]' ({exc})")
+    from berth import _serve  # the app's own imports (starlette, uvicorn, jinja2) wait for build_app
+
     try:
         auth = _serve.Auth(
             tokens=_serve.parse_tokens(os.environ.get("BERTH_SERVE_TOKEN")),
@@ -84,7 +82,8 @@ def serve_cmd(
             local_person=user_name(),
         )
         auth.check_bind(host)
-    except _serve.AuthError as exc:
+        _serve.check_port(host, port)
+    except (_serve.AuthError, _serve.ServeError) as exc:
         bad_usage(str(exc))
     names = list(dict.fromkeys(identities)) or [settings.who]
     sources = []
@@ -97,4 +96,7 @@ def serve_cmd(
         bad_usage(f"berth serve needs the serve extra: pip install 'berth[serve]' ({exc})")
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"berth inbox for {', '.join(where(n) for n in names)} on http://{shown}:{port}/", err=True)
-    _serve.run(app, host=host, port=port, forwarded_allow_ips=forwarded_allow_ips)
+    try:
+        _serve.run(app, host=host, port=port, forwarded_allow_ips=forwarded_allow_ips)
+    except _serve.ServeError as exc:
+        bad_usage(str(exc))

@@ -11,6 +11,7 @@ python-multipart), imported only when the command runs.
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -18,7 +19,18 @@ from typing import Any
 from berth._serve._auth import Auth, AuthError, is_loopback, parse_tokens
 from berth._serve._inbox import Inbox, Source
 
-__all__ = ["Auth", "AuthError", "Inbox", "Source", "build_app", "is_loopback", "parse_tokens", "run"]
+__all__ = [
+    "Auth",
+    "AuthError",
+    "Inbox",
+    "ServeError",
+    "Source",
+    "build_app",
+    "check_port",
+    "is_loopback",
+    "parse_tokens",
+    "run",
+]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8470
@@ -34,6 +46,17 @@ def build_app(
     from berth._serve._app import create_app
 
     return create_app(Inbox(sources, max_age=max_age), auth, poll_seconds=poll_seconds, **options)
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise ServeError, naming the reason, when `host:port` cannot be listened on right now."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def run(
@@ -68,4 +91,14 @@ def run(
         timeout_graceful_shutdown=10,
         lifespan="on",
     )
-    uvicorn.Server(config).run()
+    server = uvicorn.Server(config)
+    try:
+        server.run()
+    except SystemExit as exc:  # uvicorn exits 1 or 3 when it cannot bind or start; it logged why
+        if exc.code:
+            raise ServeError(f"could not serve on {host}:{port} (see the error above)") from None
+        raise
+
+
+class ServeError(Exception):
+    """The server could not start (one line; the reason was logged)."""
