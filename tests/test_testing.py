@@ -112,3 +112,14 @@ def test_unoverridden_fixture_says_what_to_do(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "override the backend_opener fixture" in result.stdout
+
+
+def test_docs_contract_names_every_case_of_the_suite() -> None:
+    """docs/contract.md is the contract in the project's words: it keeps in step with StoreContract."""
+    from berth.testing import StoreContract
+
+    page = (ROOT / "docs" / "contract.md").read_text()
+    cases = {name for name in dir(StoreContract) if name.startswith("test_")}
+    named = set(re.findall(r"`(test_\w+)`", page))
+    assert cases - named == set(), f"docs/contract.md does not say what these cases hold: {sorted(cases - named)}"
+    assert named - cases == set(), f"docs/contract.md names cases that do not exist: {sorted(named - cases)}"

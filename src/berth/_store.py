@@ -1,4 +1,4 @@
-"""The store: a backend, a sealer and an identity, with the semantics of DESIGN.md."""
+"""The store: a backend, a sealer and an identity, with the semantics of docs/contract.md."""
 
 from __future__ import annotations
 
@@ -262,7 +262,7 @@ class Store:
         return self._clock()
 
     def check_key(self, key: str) -> str:
-        """Return `key` if this store accepts it (the key rules of DESIGN.md); no I/O.
+        """Return `key` if this store accepts it (the key rules of docs/contract.md); no I/O.
 
         Raises:
             InvalidKey: the key breaks a rule; the message names the rule.

@@ -12,7 +12,7 @@ Subclass it in a test module and override one fixture::
             # one fresh, empty storage namespace (the same one on every call)
             return functools.partial(MyBackend, str(tmp_path))
 
-Every numbered semantic of DESIGN.md is a test here, including races between
+Every numbered semantic of docs/contract.md is a test here (and the page names each case), including races between
 threads and between processes, expiry under an injected clock, tampering,
 frames moved between keys and identities, and downgrades to plaintext. Set
 `cross_process = False` for a backend whose handles cannot reach the same
@@ -205,7 +205,7 @@ def _claim_worker(
 
 
 class StoreContract:
-    """The store contract of DESIGN.md; subclass and override `backend_opener`."""
+    """The store contract of docs/contract.md; subclass and override `backend_opener`."""
 
     cross_process: ClassVar[bool] = True
     process_race_keys: ClassVar[int] = 200

@@ -375,7 +375,7 @@ keys = st.one_of(
 
 
 def _key_ok(key: object) -> bool:
-    """An independent statement of DESIGN.md's key rules."""
+    """An independent statement of the key rules (docs/contract.md, 9)."""
     if not isinstance(key, str) or key.startswith("/"):
         return False
     try:
