@@ -4,6 +4,7 @@
     .venv/bin/python scripts/reliability.py              # everything, long counts (tens of minutes)
     .venv/bin/python scripts/reliability.py --quick      # the CI counts, for a smoke run
     .venv/bin/python scripts/reliability.py --only crash races --backends file sqlite
+    .venv/bin/python scripts/reliability.py --only races --backends s3 --count 2000 --merge   # a busy machine
 
 Servers: PostgreSQL and Redis from BERTH_TEST_POSTGRES / BERTH_TEST_REDIS (default the
 local ones), a private moto server and fake-gcs-server started here. A server that
@@ -123,7 +124,9 @@ def _backend_present(name: str) -> bool:
 
 def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[str, str, Callable[[], Any]]]:
     """(scenario, backend, thunk) for every row to run; a thunk returns a Result or a list of them."""
-    n = QUICK if args.quick else LONG
+    n = dict(QUICK if args.quick else LONG)
+    if args.count is not None:  # one count for the scenarios run now (the table shows what ran)
+        n = dict.fromkeys(n, args.count)
     work = Path(tempfile.mkdtemp(prefix="berth-reliability-"))
     local = [b for b in ("memory", "file", "sqlite") if b in args.backends]
     network = [b for b in NETWORK if b in args.backends]
@@ -146,11 +149,12 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
     if "races" in args.only:
         for backend in local:
             opener = test_races.local_openers(work / f"races-{backend}")[backend]
+            scan = test_races.local_store_dir(work / f"races-{backend}", backend)
             yield (
                 "races",
                 backend,
-                lambda b=backend, o=opener: test_races.run_races(
-                    b, o, work / f"races-work-{b}", keys=n["races"], processes=b != "memory", budget=1800
+                lambda b=backend, o=opener, s=scan: test_races.run_races(
+                    b, o, work / f"races-work-{b}", keys=n["races"], processes=b != "memory", budget=1800, scan=s
                 ),
             )
         for backend in network:
@@ -276,12 +280,24 @@ def write_doc(body: str) -> None:
     DOC.write_text(f"{head}{BEGIN}\n{body}\n{END}{tail}")
 
 
+def _commit() -> str:
+    """The commit measured (with `+changes` when the tree differs from it)."""
+    try:
+        git = ["git", "-C", str(ROOT)]
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run([*git, "status", "--porcelain", "src", "tests"], capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "") if head.returncode == 0 else "unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen scenarios, print the table, write it to docs/reliability.md; exit 1 on any failure."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="CI counts instead of the long ones")
     parser.add_argument("--only", nargs="+", default=SCENARIOS, choices=SCENARIOS, metavar="SCENARIO")
     parser.add_argument("--backends", nargs="+", default=["memory", "file", "sqlite", *NETWORK], metavar="BACKEND")
+    parser.add_argument("--count", type=int, help="trials per row instead of the long or quick counts")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     parser.add_argument(
         "--merge", action="store_true", help="keep the doc's rows for the scenarios and backends not run now"
@@ -318,7 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     run = (
         f"`{' '.join(['.venv/bin/python', 'scripts/reliability.py', *(argv or sys.argv[1:])])}` "
         f"on {started:%Y-%m-%d %H:%M} UTC: {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{'CI counts (--quick)' if args.quick else 'long counts'}, {time.monotonic() - t0:,.0f} s"
+        f"{f'{args.count:,} per row' if args.count else 'CI counts (--quick)' if args.quick else 'long counts'}, "
+        f"{time.monotonic() - t0:,.0f} s, "
+        f"commit {_commit()}"
     )
     history = previous_runs() if args.merge else []
     body = "\n".join([*history, f"- {run}."]) + "\n\n" + table(rows)
