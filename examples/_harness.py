@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -38,6 +39,14 @@ def berth_cli(*args: str) -> str:
     if done.returncode != 0:
         sys.exit(f"berth {' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout.strip()
+
+
+def berth_answer(key: str, text: str, *, by: str) -> str:
+    """Answer the question pending at `key` as an operator does: read its id from `berth questions`, then
+    `berth answer KEY TEXT --question ID` (bound to that question: refused if the run asks anew meanwhile)."""
+    docs = json.loads(berth_cli("questions", "--json", "--prefix", key))
+    (question_id,) = [d["question_id"] for d in docs if d["key"] == key]
+    return berth_cli("answer", key, text, "--by", by, "--question", question_id)
 
 
 def race(url: str, keyring: str, wake: Callable[[Any, Any], Awaitable[Any]]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ API key is a dummy and tracing is off.
    stops with an interruption, and `berth.openai_agents.park` parks its
    `RunState` sealed (AES-256-GCM) with one question per interruption;
 2. a human answers with the command line, in another process:
-   `berth answer 'ops/ticket-7/call-1' approve`;
+   `berth answer 'ops/ticket-7/call-1' approve --question ID`;
 3. four wakers, each with its own store handles, race for the run: exactly one
    gets RESUME, applies the answer to the `RunState` and continues the run with
    `Runner.run` -- the tool runs once (or, rejected, never).
@@ -28,7 +28,7 @@ from typing import Any
 os.environ.setdefault("OPENAI_API_KEY", "sk-example-not-a-real-key")  # nothing reaches a provider
 os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
 
-from _harness import KEY, berth_cli, open_site, race, run, verdict  # noqa: E402
+from _harness import KEY, berth_answer, berth_cli, open_site, race, run, verdict  # noqa: E402
 from agents import Agent, Runner, function_tool, set_tracing_disabled  # noqa: E402
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call  # noqa: E402
 
@@ -73,7 +73,7 @@ async def main(url: str, keyring: str, answer: str) -> int:
     # 2. A human answers from the command line, in another process.
     for line in berth_cli("questions").splitlines():
         print(f"human:  {line}")
-    print("human:  " + berth_cli("answer", f"{KEY}/call-1", answer, "--by", "alice"))
+    print("human:  " + berth_answer(f"{KEY}/call-1", answer, by="alice"))
 
     # 3. Four wakers race; exactly one resumes the run.
     async def wake(store: berth.aio.AsyncStore, questions: berth.aio.AsyncQuestionStore) -> berth.openai_agents.Outcome:

@@ -13,8 +13,8 @@ No network: the agent runs on pydantic-ai's own `FunctionModel`.
    `berth.pydantic_ai.park` parks its message history sealed (AES-256-GCM) with
    one question per call;
 2. humans answer with the command line, in other processes:
-   `berth answer 'ops/ticket-7/call-1' approve` and
-   `berth answer 'ops/ticket-7/call-2' 'closed by bob'` (the tool's result);
+   `berth answer 'ops/ticket-7/call-1' approve --question ID` and
+   `berth answer 'ops/ticket-7/call-2' 'closed by bob' --question ID` (the tool's result);
 3. four wakers, each with its own store handles, race for the run: exactly one
    gets RESUME and continues it with `agent.run(message_history=...,
    deferred_tool_results=...)` -- the approved tool runs once (rejected, never).
@@ -24,7 +24,7 @@ The script exits 1 unless exactly one waker resumed and the tool ran as answered
 
 from __future__ import annotations
 
-from _harness import KEY, berth_cli, open_site, race, run, verdict
+from _harness import KEY, berth_answer, berth_cli, open_site, race, run, verdict
 from pydantic_ai import Agent, CallDeferred, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -84,8 +84,8 @@ async def main(url: str, keyring: str, answer: str) -> int:
     # 2. Humans answer from the command line, in other processes: one answer per question.
     for line in berth_cli("questions").splitlines():
         print(f"human:  {line}")
-    print("human:  " + berth_cli("answer", f"{KEY}/call-1", answer, "--by", "alice"))
-    print("human:  " + berth_cli("answer", f"{KEY}/call-2", "ticket 7 was closed by bob", "--by", "bob"))
+    print("human:  " + berth_answer(f"{KEY}/call-1", answer, by="alice"))
+    print("human:  " + berth_answer(f"{KEY}/call-2", "ticket 7 was closed by bob", by="bob"))
 
     # 3. Four wakers race; exactly one resumes the run.
     async def wake(store: berth.aio.AsyncStore, questions: berth.aio.AsyncQuestionStore) -> berth.pydantic_ai.Outcome:

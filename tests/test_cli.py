@@ -601,7 +601,10 @@ def test_verify_refuses_tampered_and_reports_unknown_keys(store: berth.Store, ho
     assert result.exit_code == 1
     assert "tampered    bad:" in result.stdout and "unknown key foreign:" in result.stdout
     assert result.stdout.splitlines()[-1] == "identity 'pr-bot': 1 ok, 1 tampered, 1 unknown key"
-    assert errors(result) == ["berth verify: 1 frame of identity 'pr-bot' refused as tampered or unreadable"]
+    assert errors(result) == [
+        "berth verify: 2 frames of identity 'pr-bot' did not open "
+        "(tampered, unreadable, or sealed under a key id the sealer does not hold)"
+    ]
     lines = [json.loads(line) for line in run("verify", "--jsonl").stdout.splitlines()]
     assert {d["key"]: d["status"] for d in lines} == {"a": "ok", "bad": "tampered", "foreign": "unknown_key"}
 
@@ -679,8 +682,9 @@ def test_questions_empty_and_bad_prefix(home: Path) -> None:
 def test_answer_then_the_waker_resumes(store: berth.Store, questions: berth.QuestionStore) -> None:
     coordinator = berth.Coordinator(store, questions)
     coordinator.suspend("k", berth.Envelope(provider_state=b"{}", run_id="r1"), question="Ship it?")
-    text = ok("answer", "k", "yes, ship it", "--by", "alice").stdout
-    assert text.startswith("answered 'k' for identity 'pr-bot' as alice")
+    qid = questions.pending("k").id  # type: ignore[union-attr]
+    text = ok("answer", "k", "yes, ship it", "--by", "alice", "--question", qid).stdout
+    assert text.startswith(f"answered question {qid} ('Ship it?') at identity 'pr-bot', key 'k' as alice")
     assert "answered by alice" in ok("questions").stdout
     wake = coordinator.wake("k")
     assert wake.decision == berth.WakeDecision.RESUME and wake.answer is not None
@@ -692,9 +696,11 @@ def test_answer_from_a_file_or_stdin(store: berth.Store, questions: berth.Questi
     coordinator.suspend("a", berth.Envelope(provider_state=b"{}"), question="?")
     coordinator.suspend("b", berth.Envelope(provider_state=b"{}"), question="?")
     (home / "answer.txt").write_text("from a file\n")
-    doc = json.loads(ok("answer", "a", "--file", str(home / "answer.txt"), "--json").stdout)
-    assert doc["key"] == "a" and doc["answered_at"].endswith("Z")
-    ok("answer", "b", "--file", "-", input="from stdin")
+    qa, qb = questions.pending("a"), questions.pending("b")
+    assert qa is not None and qb is not None
+    doc = json.loads(ok("answer", "a", "--file", str(home / "answer.txt"), "--json", "--question", qa.id).stdout)
+    assert doc["key"] == "a" and doc["answered_at"].endswith("Z") and doc["question_id"] == qa.id
+    ok("answer", "b", "--file", "-", "--question", qb.id, input="from stdin")
     answers = (questions.answer("a"), questions.answer("b"))
     assert [a.text if a else None for a in answers] == ["from a file\n", "from stdin"]
 
@@ -702,8 +708,9 @@ def test_answer_from_a_file_or_stdin(store: berth.Store, questions: berth.Questi
 def test_answer_refuses_nothing_pending_and_a_second_answer(store: berth.Store, questions: berth.QuestionStore) -> None:
     fails(1, "answer", "k", "yes", says=["no question is pending", *where("k")])
     berth.Coordinator(store, questions).suspend("k", berth.Envelope(provider_state=b"{}"), question="?")
-    ok("answer", "k", "yes", "--by", "alice")
-    fails(1, "answer", "k", "no", "--by", "bob", says=[*where("k"), "already answered by 'alice'"])
+    qid = questions.pending("k").id  # type: ignore[union-attr]
+    ok("answer", "k", "yes", "--by", "alice", "--question", qid)
+    fails(1, "answer", "k", "no", "--by", "bob", "--question", qid, says=[*where("k"), "already answered by 'alice'"])
 
 
 def test_answer_bad_input_is_exit_2(home: Path) -> None:
@@ -795,15 +802,226 @@ def test_subprocess_success_refused_and_bad_usage(store: berth.Store) -> None:
 
 
 def test_subprocess_broken_pipe_is_quiet(store: berth.Store) -> None:
-    for i in range(600):  # more than a pipe buffer of JSON lines
+    for i in range(600):  # more than a pipe buffer of rows
         park(store, f"k{i:03}")
-    with subprocess.Popen([str(BERTH), "ls", "--jsonl"], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
-        assert proc.stdout is not None and proc.stderr is not None
-        proc.stdout.readline()
-        proc.stdout.close()
-        err = proc.stderr.read()
-        proc.wait(timeout=60)
-    assert err == b"" and proc.returncode == 1
+    for args in (["ls"], ["ls", "--jsonl"]):
+        # `berth ls | head -1`, with berth's own exit status (pipefail): 0 or SIGPIPE's 141, never 1 (refused).
+        done = subprocess.run(
+            ["bash", "-c", f"set -o pipefail; {BERTH} {' '.join(args)} | head -1"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode in (0, 141), (args, done.returncode, done.stderr)
+        assert done.stderr == b"" and done.stdout.count(b"\n") == 1, (args, done.stderr)
+
+
+# --- issue 13: the human edges, through the installed console script ---------------------------
+
+
+def test_questions_show_ids_and_an_answer_is_bound_to_the_question_shown(
+    store: berth.Store, questions: berth.QuestionStore
+) -> None:
+    coordinator = berth.Coordinator(store, questions)
+    coordinator.suspend("k", berth.Envelope(provider_state=b"{}", run_id="r1"), question="Push the fix to main?")
+    seen = questions.pending("k")
+    assert seen is not None
+    listed = berth_process("questions", env={"COLUMNS": "200"})
+    assert listed.returncode == 0 and seen.id in listed.stdout.decode()
+    # The run is re-parked with a new question between the operator reading and answering.
+    coordinator.suspend(
+        "k", berth.Envelope(provider_state=b"{}", run_id="r2"), question="Drop the production database?"
+    )
+    done = berth_process("answer", "k", "yes", "--question", seen.id)
+    assert done.returncode == 1, done.stderr
+    err = done.stderr.decode()
+    assert err.count("\n") == 1 and seen.id in err and "superseded" in err and "identity 'pr-bot', key 'k'" in err
+    assert questions.answer("k") is None  # the new question was not answered
+    # Without --question and without a terminal: nothing is answered; the exact pending prompt is shown.
+    done = berth_process("answer", "k", "yes")
+    pending = questions.pending("k")
+    assert pending is not None and pending.prompt == "Drop the production database?"
+    err = done.stderr.decode()
+    assert done.returncode == 2 and "'Drop the production database?'" in err and f"--question {pending.id}" in err
+    assert questions.answer("k") is None
+    done = berth_process("answer", "k", "--file", "-", input=b"yes")
+    assert done.returncode == 2 and questions.answer("k") is None
+    # Naming the pending question answers it, and says which prompt it answered.
+    done = berth_process("answer", "k", "no, never", "--question", pending.id, "--by", "alice")
+    assert done.returncode == 0, done.stderr
+    assert "'Drop the production database?'" in done.stdout.decode()
+    answer = questions.answer("k")
+    assert answer is not None and (answer.question_id, answer.text) == (pending.id, "no, never")
+
+
+def answer_on_a_terminal(reply: bytes) -> tuple[int, str]:
+    """`berth answer k yes` on a pseudo-terminal, replying `reply` to its confirmation; exit code and output."""
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.execv(str(BERTH), [str(BERTH), "answer", "k", "yes", "--by", "alice"])
+    output = b""
+    replied = False
+    while True:
+        ready, _, _ = select.select([fd], [], [], 30)
+        if not ready:
+            break
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        output += chunk
+        if not replied and b"[y/N]" in output:
+            os.write(fd, reply)
+            replied = True
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+
+
+def test_answer_on_a_terminal_shows_the_prompt_and_answers_only_what_was_confirmed(
+    store: berth.Store, questions: berth.QuestionStore
+) -> None:
+    berth.Coordinator(store, questions).suspend("k", berth.Envelope(provider_state=b"{}"), question="Ship it?")
+    q = questions.pending("k")
+    assert q is not None
+    code, output = answer_on_a_terminal(b"n\n")
+    assert code == 1 and "'Ship it?'" in output and q.id in output and questions.answer("k") is None
+    code, output = answer_on_a_terminal(b"y\n")
+    assert code == 0, output
+    answer = questions.answer("k")
+    assert answer is not None and answer.question_id == q.id and answer.text == "yes"
+
+
+HOSTILE_TEXT = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b31m\u202eevil\x7f"
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e", "\x7f")
+
+
+def all_strings(doc: object) -> Iterator[str]:
+    """Every string in a decoded JSON document, keys included."""
+    if isinstance(doc, str):
+        yield doc
+    elif isinstance(doc, dict):
+        for k, v in doc.items():
+            yield k
+            yield from all_strings(v)
+    elif isinstance(doc, list):
+        for v in doc:
+            yield from all_strings(v)
+
+
+def test_control_characters_reach_no_terminal_and_json_stays_exact(
+    store: berth.Store, questions: berth.QuestionStore
+) -> None:
+    key = "org/\u202erepo#1"  # keys may hold format characters (not controls)
+    env = berth.Envelope(
+        provider_state={"note": HOSTILE_TEXT},
+        run_id="run-" + HOSTILE_TEXT,
+        labels={"team": HOSTILE_TEXT},
+        reason=HOSTILE_TEXT,
+    )
+    berth.Coordinator(store, questions).suspend(key, env, question="Approve? " + HOSTILE_TEXT)
+    for args in (["ls"], ["questions"], ["show", key], ["show", key, "--raw"], ["verify"]):
+        done = berth_process(*args, env={"COLUMNS": "300"})
+        assert done.returncode == 0, (args, done.stderr)
+        text = done.stdout.decode() + done.stderr.decode()
+        for raw in RAW_CONTROLS:
+            assert raw not in text, (args, raw, text)
+        if args[0] != "verify":
+            assert "\\x1b" in text, (args, text)  # shown, escaped
+    for args in (["ls", "--json"], ["ls", "--jsonl"], ["questions", "--json"], ["show", key, "--json"]):
+        done = berth_process(*args)
+        assert done.returncode == 0, (args, done.stderr)
+        out = done.stdout.decode()
+        for raw in RAW_CONTROLS:
+            assert raw not in out, (args, raw)
+        docs = [json.loads(line) for line in out.splitlines()] if args[-1] == "--jsonl" else [json.loads(out)]
+        strings = list(all_strings(docs))
+        assert any(HOSTILE_TEXT in t for t in strings) and key in strings, args  # exact once decoded
+    # A failure that quotes hostile text is escaped too.
+    done = berth_process("claim", "nothing/\u202ehere")
+    assert done.returncode == 1 and "\u202e" not in done.stderr.decode()
+
+
+def test_a_far_future_deadline_can_be_listed_shown_and_serialised(store: berth.Store) -> None:
+    deadline = "9999-12-31T23:59-23:59"  # in UTC: year 10000
+    done = berth_process(
+        "park", "far", "--state", "-", "--deadline", deadline, "--question", "Still there?", input=b"{}"
+    )
+    assert done.returncode == 0, done.stderr
+    for args in (
+        ["ls"],
+        ["ls", "--json"],
+        ["ls", "--jsonl"],
+        ["show", "far"],
+        ["show", "far", "--json"],
+        ["show", "far", "--raw", "--json"],
+        ["questions"],
+        ["questions", "--json"],
+        ["sweep", "--dry-run"],
+        ["verify"],
+    ):
+        done = berth_process(*args)
+        assert done.returncode == 0 and b"Traceback" not in done.stderr, (args, done.stderr)
+        assert b"OverflowError" not in done.stdout + done.stderr, args
+    (doc,) = json.loads(berth_process("ls", "--json").stdout)
+    assert datetime.fromisoformat(doc["deadline"]) == datetime.fromisoformat(deadline)
+
+
+def test_a_world_readable_keyring_is_refused_in_one_line_unless_allowed(store: berth.Store, home: Path) -> None:
+    park(store, "k")
+    keyring = home / "keys.json"
+    keyring.chmod(0o644)
+    done = berth_process("show", "k")
+    err = done.stderr.decode()
+    assert done.returncode == 2 and err.count("\n") == 1 and f"chmod 600 {keyring}" in err and "0644" in err
+    done = berth_process("show", "k", "--keyring", str(keyring))
+    assert done.returncode == 2 and f"chmod 600 {keyring}" in done.stderr.decode()
+    assert berth_process("show", "k", env={"BERTH_KEYRING_ALLOW_READABLE": "1"}).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql//alice:hunter2secret@db.example/app",  # no ':' after the scheme
+        "postgresql://alice:hunter2%secret@db.example/app",  # a '%' in the password
+        "redis//:hunter2secret@cache.example/0",
+        "file://alice:hunter2secret@host/dir",
+    ],
+)
+def test_no_password_reaches_stderr(home: Path, url: str) -> None:
+    done = berth_process("ls", env={"BERTH_URL": url, "BERTH_DEBUG": "1"})
+    err = done.stderr.decode()
+    assert done.returncode == 2 and err, err
+    assert "hunter2" not in err and "secret" not in err, err
+    with pytest.raises(berth.BerthError) as info:
+        berth.open_store(url, identity="a", sealer=berth.PlaintextSealer())
+    assert "hunter2" not in str(info.value) and info.value.__cause__ is None
+
+
+def rewrite_key_id(store: berth.Store, key: str, new_id: str) -> None:
+    """Rewrite the (cleartext, unauthenticated until opened) key id in the header of `key`'s frame."""
+    name = f"{store.identity}/{key}"
+    found = store.backend.get(name)
+    assert found is not None
+    data = bytes(found[0])
+    old = f'"key_id":"{store.sealer.key_id}"'.encode()
+    assert data.count(old) == 1 and len(new_id) == len(store.sealer.key_id)
+    store.backend.put(name, data.replace(old, f'"key_id":"{new_id}"'.encode()))
+
+
+def test_verify_exits_1_on_a_frame_whose_key_id_was_rewritten(store: berth.Store) -> None:
+    park(store, "good")
+    park(store, "bad")
+    flip_byte(store, "bad")
+    rewrite_key_id(store, "bad", "f" * len(store.sealer.key_id))
+    done = berth_process("verify")
+    out = done.stdout.decode()
+    assert done.returncode == 1, out
+    assert "1 ok" in out and "1 unknown key" in out and "f" * len(store.sealer.key_id) in out
+    assert done.stderr.decode().count("\n") == 1 and "did not open" in done.stderr.decode()
+    done = berth_process("verify", "--json")
+    assert done.returncode == 1 and json.loads(done.stdout)["unknown_key"] == 1
 
 
 # --- the demo ----------------------------------------------------------------------------------------

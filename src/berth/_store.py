@@ -34,6 +34,7 @@ from berth._frame import FORMAT_VERSION, Header, build_aad, encode_header, heade
 from berth._keys import validate_identity, validate_key
 from berth._plaintext import PlaintextSealer
 from berth._plan import Plan, call, run
+from berth._redact import redact_url
 from berth._sealer import Sealer
 from berth._token import Token
 from berth.backends import Backend, open_backend
@@ -882,7 +883,7 @@ def open_store(
     """
     validate_identity(identity)
     if sealer is None:
-        _warn_plaintext(f"at {url.split('://')[0]}:// for identity {identity!r}")
+        _warn_plaintext(f"at {redact_url(url).partition('://')[0]}:// for identity {identity!r}")
         sealer = PlaintextSealer()
     backend = open_backend(url, **options)
     return Store(

@@ -31,7 +31,7 @@ from berth._keys import validate_identity
 from berth._plaintext import PlaintextSealer
 from berth._sealer import Sealer
 from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, _warn_plaintext
-from berth.backends import backend_class
+from berth.backends import backend_class, credentials_hidden
 from berth.backends import open_backend as _open_sync_backend
 from berth.backends._aio import DEFAULT_MAX_THREADS, AsyncBackend, ThreadedBackend
 
@@ -59,7 +59,8 @@ def open_backend(url: str, *, max_threads: int = DEFAULT_MAX_THREADS, **options:
     """
     native = backend_class(url, native_async=True)
     if native is not None:
-        backend: AsyncBackend = native.from_url(url, **options)
+        with credentials_hidden(url):
+            backend: AsyncBackend = native.from_url(url, **options)
         return backend
     return ThreadedBackend(_open_sync_backend(url, **options), max_threads=max_threads)
 

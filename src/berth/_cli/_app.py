@@ -12,7 +12,18 @@ from typing import Any, TypeVar
 import click
 
 import berth
-from berth._cli._failures import OK, REFUSED, USAGE, Failure, log_to_stderr, one_line, show_warning, where
+from berth._cli._failures import (
+    OK,
+    PIPE_CLOSED,
+    REFUSED,
+    USAGE,
+    Failure,
+    PipeClosed,
+    log_to_stderr,
+    one_line,
+    show_warning,
+    where,
+)
 from berth._cli._settings import Settings
 
 __all__ = ["CONTEXT", "Group", "cli", "main", "output_options", "store_options"]
@@ -106,6 +117,13 @@ class Group(click.Group):
             return code
         sys.exit(code)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a closed pipe comes out as `PipeClosed` (click would make it exit 1)."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise PipeClosed from exc
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
@@ -146,9 +164,13 @@ def _run(settings: Settings, fn: Callable[[], Any]) -> int:
         return fail(_named(settings, exc), USAGE)
     except berth.BerthError as exc:
         return fail(_named(settings, exc), REFUSED)
-    except BrokenPipeError:
-        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the reader went away; say nothing more
-        return REFUSED
+    except (BrokenPipeError, PipeClosed):
+        # The reader went away (`berth ls | head -1`): end quietly, with the status of a program that
+        # SIGPIPE ended, and point stdout at /dev/null so the final flush at exit cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return PIPE_CLOSED
     except Exception as exc:
         return fail(
             f"internal error: {type(exc).__name__}: {exc} ({where(settings.who)}; BERTH_DEBUG=1 shows the traceback)",

@@ -32,8 +32,8 @@ from urllib.parse import quote
 
 import berth
 from berth._cli._output import deadline_text, listing_table
-from berth._cli._settings import redact
 from berth._cli._store_cmds import verify_one
+from berth._redact import redact_url
 
 __all__ = ["run_demo"]
 
@@ -216,7 +216,7 @@ def _run(n: Narrator, s: Setup) -> None:
     try:
         n.say("berth demo: a pull-request bot parks runs that wait for a maintainer,", "bold")
         n.say("and exactly one waker resumes each answered run.", "bold")
-        n.say(f"   store     {redact(s.url)}")
+        n.say(f"   store     {redact_url(s.url)}")
         n.say(f"   keyring   {s.keyring_path} (AES-256-GCM, key {ring.primary})")
         n.say(f"   identity  {s.identity}")
 
@@ -261,9 +261,10 @@ def _run(n: Narrator, s: Setup) -> None:
         key, prompt, text = RUNS[0]
         assert text is not None
         n.step(f"A maintainer answers {key}")
-        n.cmd(f"berth answer '{key}' '{text}'")
-        n.say("   (or in a browser: `berth serve` is the inbox for people who answer)", "dim")
-        question = questions.pending(key)
+        question = questions.pending(key)  # what `berth questions` shows, with its id
+        qid = f"{question.id[:8]}…" if question is not None else "?"
+        n.cmd(f"berth answer '{key}' '{text}' --question {qid}")
+        n.say("   (bound to that question; or in a browser: `berth serve` is the inbox)", "dim")
         answer = questions.provide(key, question.id, text, by="maintainer") if question is not None else None
         n.check(answer is not None and answer.text == text, f"answer recorded for {key}, by maintainer")
 

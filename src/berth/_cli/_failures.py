@@ -9,11 +9,15 @@ from typing import Any, NoReturn
 
 import click
 
+from berth._text import terminal_safe
+
 __all__ = [
     "OK",
+    "PIPE_CLOSED",
     "REFUSED",
     "USAGE",
     "Failure",
+    "PipeClosed",
     "bad_usage",
     "log_to_stderr",
     "one_line",
@@ -24,6 +28,12 @@ __all__ = [
 ]
 
 OK, REFUSED, USAGE = 0, 1, 2
+PIPE_CLOSED = 128 + 13
+"""A closed pipe ends a command as SIGPIPE (13) ends one: the shell's 141, not 1 (`refused`)."""
+
+
+class PipeClosed(Exception):
+    """The reader of stdout went away (`berth ls | head -1`): the command ends quietly."""
 
 
 class Failure(Exception):
@@ -54,9 +64,9 @@ def warn(message: str) -> None:
     click.echo(f"berth: warning: {one_line(message)}", err=True)
 
 
-def one_line(text: str) -> str:
-    """`text` on one line: every run of whitespace becomes one space."""
-    return " ".join(str(text).split())
+def one_line(text: object) -> str:
+    """`text` on one line and safe for a terminal: whitespace runs become one space, controls are escaped."""
+    return terminal_safe(" ".join(str(text).split()))
 
 
 def show_warning(

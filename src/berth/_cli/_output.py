@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 import berth
+from berth._text import json_terminal_safe, terminal_safe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -26,16 +27,19 @@ __all__ = [
     "envelope_doc",
     "escape",
     "is_expired",
+    "json_text",
     "labels_text",
     "listing_doc",
     "listing_table",
     "local",
     "now",
     "print_fields",
+    "print_json_bytes",
     "progress",
     "rfc3339",
     "size_text",
     "span",
+    "terminal_safe",
 ]
 
 
@@ -45,15 +49,24 @@ def now() -> datetime:
 
 
 def rfc3339(dt: datetime | None) -> str | None:
-    """RFC 3339 in UTC with a `Z`, for JSON."""
+    """RFC 3339 in UTC with a `Z`, for JSON; with its own offset when UTC cannot hold it.
+
+    `9999-12-31T23:59-23:59` is a deadline berth accepts, and in UTC it falls in year 10000.
+    """
     if dt is None:
         return None
-    return dt.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    try:
+        return dt.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    except OverflowError:
+        return dt.isoformat()
 
 
 def local(dt: datetime) -> str:
-    """Local time for people: `2026-11-30 08:12:03 CET`."""
-    return dt.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    """Local time for people: `2026-11-30 08:12:03 CET` (in its own offset when local time cannot hold it)."""
+    try:
+        return dt.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    except OverflowError:
+        return dt.isoformat(" ")
 
 
 def span(seconds: float) -> str:
@@ -144,14 +157,28 @@ def envelope_doc(key: str, env: berth.Envelope) -> dict[str, Any]:
     }
 
 
+def json_text(doc: Any, *, indent: int | None = 2) -> str:
+    """`doc` as JSON that decodes to exactly `doc` and holds no character a terminal acts on."""
+    separators = None if indent is not None else (",", ":")
+    return json_terminal_safe(json.dumps(doc, ensure_ascii=False, indent=indent, separators=separators))
+
+
+def print_json_bytes(data: bytes) -> None:
+    """Raw JSON bytes pretty-printed for people, highlighted, with nothing a terminal would act on."""
+    from rich.highlighter import JSONHighlighter
+    from rich.text import Text
+
+    console().print(JSONHighlighter()(Text(json_text(json.loads(data)))), soft_wrap=True)
+
+
 def emit_json(doc: Any) -> None:
     """One JSON document on stdout."""
-    click.echo(json.dumps(doc, ensure_ascii=False, indent=2))
+    click.echo(json_text(doc))
 
 
 def emit_jsonl(doc: Any) -> None:
     """One JSON object on one line of stdout."""
-    click.echo(json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
+    click.echo(json_text(doc, indent=None))
 
 
 def console(*, stderr: bool = False) -> Console:
@@ -212,10 +239,10 @@ def listing_table(items: Iterable[berth.Listing], at: datetime) -> Any:
 
 
 def escape(text: str) -> str:
-    """`text` safe to print as rich markup."""
+    """`text` safe to print as rich markup, on a terminal: controls escaped, markup inert."""
     from rich.markup import escape as _escape
 
-    return _escape(text)
+    return _escape(terminal_safe(text))
 
 
 def print_fields(rows: list[tuple[str, str]]) -> None:

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 from typing import IO, Any
 
 import click
 
 from berth._cli._app import CONTEXT, cli, output_options, store_options
-from berth._cli._failures import refuse, where
-from berth._cli._output import console, deadline_text, emit_json, emit_jsonl, escape, now, rfc3339, span
+from berth._cli._failures import bad_usage, refuse, where
+from berth._cli._output import (
+    console,
+    deadline_text,
+    emit_json,
+    emit_jsonl,
+    escape,
+    now,
+    rfc3339,
+    span,
+    terminal_safe,
+)
 from berth._cli._settings import Settings, remember_key, user_name
 
 
@@ -49,6 +60,7 @@ def questions_cmd(settings: Settings, prefix: str, out: str | None) -> None:
 
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True, header_style="bold")
         table.add_column("KEY", overflow="fold")
+        table.add_column("QUESTION ID", no_wrap=True)
         table.add_column("ASKED", no_wrap=True)
         table.add_column("DEADLINE", no_wrap=True)
         table.add_column("STATUS", overflow="fold")
@@ -58,6 +70,7 @@ def questions_cmd(settings: Settings, prefix: str, out: str | None) -> None:
             status = f"answered by {doc['answered_by']}" if doc["answered"] else "waiting"
             table.add_row(
                 escape(doc["key"]),
+                escape(doc["question_id"]),
                 span((at - datetime.fromisoformat(doc["asked_at"])).total_seconds()),
                 deadline_text(dl, at),
                 escape(status),
@@ -84,23 +97,45 @@ def _question_doc(q: Any, a: Any, deadline: datetime | None) -> dict[str, Any]:
 @click.argument("key", callback=remember_key)
 @click.argument("text", required=False)
 @click.option("--file", "file", type=click.File("r"), metavar="FILE|-", help="Read the answer from a file or stdin.")
+@click.option(
+    "--question",
+    "question_id",
+    default=None,
+    metavar="ID",
+    help="The id of the question you answer (from `berth questions`); refused if it is not the pending one. "
+    "Without it, on a terminal, berth shows the pending question and asks you to confirm.",
+)
 @click.option("--by", default=None, metavar="NAME", help="Who answers (default: your user name).")
 @output_options()
 @store_options(env=False)
 @click.pass_obj
 def answer_cmd(
-    settings: Settings, key: str, text: str | None, file: IO[str] | None, by: str | None, out: str | None
+    settings: Settings,
+    key: str,
+    text: str | None,
+    file: IO[str] | None,
+    question_id: str | None,
+    by: str | None,
+    out: str | None,
 ) -> None:
     """Answer the question the run parked under KEY is waiting on.
 
+    The answer is bound to one question: the one --question names, or, without
+    it, the one shown on the terminal and confirmed. A question that was
+    superseded meanwhile (the run re-parked with a new one) is refused, never
+    answered in its place. Without a terminal (or with --file -) --question is
+    required.
+
     \b
     Example:
-      berth answer 'org/repo#42' 'yes, push it'
+      berth questions --prefix org/repo
+      berth answer 'org/repo#42' 'yes, push it' --question 3f0c9a...
     """
     if text is None and file is None:
         raise click.UsageError("give the answer as TEXT, or with --file FILE (- for stdin)")
     if text is not None and file is not None:
         raise click.UsageError("give the answer as TEXT or with --file, not both")
+    from_stdin = file is not None and getattr(file, "name", "") in ("<stdin>", "-")
     body = text if text is not None else file.read()  # type: ignore[union-attr]
     qs = settings.questions()
     q = qs.pending(key)
@@ -112,9 +147,32 @@ def answer_cmd(
                 f"tool call; answer each of {', '.join(repr(k) for k in per_call)}"
             )
         refuse(f"no question is pending at {where(settings.who, key)}")
+    if question_id is None:
+        shown = f"question {q.id} at {where(settings.who, key)}: {q.prompt!r}"
+        if from_stdin or not sys.stdin.isatty():
+            bad_usage(
+                f"without a terminal nothing confirms which question this answers; the pending {shown}; "
+                f"to answer it, add --question {q.id}"
+            )
+        click.echo(f"the pending {shown}", err=True)
+        if not click.confirm("Answer this question?", default=False, err=True):
+            refuse(f"not answered: {where(settings.who, key)} still waits on question {q.id}")
+        question_id = q.id
     who = by or user_name()
-    answer = qs.provide(key, q.id, body, by=who)
+    # provide() refuses (AnswerRefused, exit 1) unless `question_id` is still the pending question.
+    answer = qs.provide(key, question_id, body, by=who)
     if out:
-        emit_json({"key": key, "question_id": q.id, "by": answer.by, "answered_at": rfc3339(answer.answered_at)})
+        emit_json(
+            {
+                "key": key,
+                "question_id": answer.question_id,
+                "prompt": q.prompt if q.id == answer.question_id else None,
+                "by": answer.by,
+                "answered_at": rfc3339(answer.answered_at),
+            }
+        )
         return
-    click.echo(f"answered {key!r} for {where(settings.who)} as {who}: the next waker resumes the run")
+    click.echo(
+        f"answered question {answer.question_id} ({q.prompt!r}) at {where(settings.who, key)} "
+        f"as {terminal_safe(who)}: the next waker resumes the run"
+    )

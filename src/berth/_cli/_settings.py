@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote
 
 import click
 
 import berth
 from berth._cli._failures import bad_usage, warn, where
 from berth._config import keyring_readable_allowed
+from berth._redact import redact_text, redact_url
 
 __all__ = [
     "DEFAULT_IDENTITY",
@@ -19,7 +20,6 @@ __all__ = [
     "default_url",
     "find_listing",
     "load_keyring",
-    "redact",
     "remember_key",
     "user_name",
 ]
@@ -34,16 +34,6 @@ def default_url() -> str:
     directory = platformdirs.user_data_path("berth", appauthor=False)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     return "sqlite://" + quote(str(directory / "berth.db"))
-
-
-def redact(url: str) -> str:
-    """`url` without a password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 @dataclass
@@ -98,7 +88,7 @@ class Settings:
         except berth.InvalidKey as exc:
             bad_usage(str(exc))
         except berth.BerthError as exc:
-            bad_usage(f"{where(self.who)}: cannot open store {redact(url)}: {exc}")
+            bad_usage(f"{where(self.who)}: cannot open store {redact_url(url)}: {redact_text(str(exc), url)}")
         self._stores.append(store)
         return store
 
@@ -114,7 +104,7 @@ class Settings:
         except berth.InvalidKey as exc:
             bad_usage(str(exc))
         except berth.BerthError as exc:
-            bad_usage(f"{where(self.who)}: cannot open questions at {redact(url)}: {exc}")
+            bad_usage(f"{where(self.who)}: cannot open questions at {redact_url(url)}: {redact_text(str(exc), url)}")
         self._stores.append(qs)
         return qs
 
@@ -123,7 +113,7 @@ class Settings:
             sealer = self.sealer()
             if sealer is None:
                 warn(
-                    f"{where(self.who)} at {redact(self.store_url())} is not sealed (plaintext, for development): "
+                    f"{where(self.who)} at {redact_url(self.store_url())} is not sealed (plaintext, for development): "
                     "set BERTH_KEYRING or BERTH_KMS to seal it"
                 )
                 sealer = berth.PlaintextSealer()

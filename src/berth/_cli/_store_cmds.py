@@ -27,8 +27,10 @@ from berth._cli._output import (
     local,
     now,
     print_fields,
+    print_json_bytes,
     progress,
     size_text,
+    terminal_safe,
 )
 from berth._cli._settings import Settings, find_listing, remember_key
 
@@ -139,10 +141,10 @@ def _print_envelope(key: str, env: berth.Envelope, at: datetime) -> None:
     print_fields([("key", key), *_envelope_rows(env, at)])
     out = console()
     out.print("[bold]provider state[/]")
-    out.print_json(env.provider_state.decode("utf-8"), indent=2)
+    print_json_bytes(env.provider_state)
     if env.loop_state is not None:
         out.print("[bold]loop state[/]")
-        out.print_json(env.loop_state.decode("utf-8"), indent=2)
+        print_json_bytes(env.loop_state)
 
 
 @cli.command("show", context_settings=CONTEXT)
@@ -246,8 +248,8 @@ def park_cmd(
         return
     at = now()
     click.echo(
-        f"parked {key!r} for {where(store.identity)}: run {item.run_id}, "
-        f"deadline {deadline_text(item.deadline, at)}, sealed by {item.sealed_by}"
+        f"parked {key!r} for {where(store.identity)}: run {terminal_safe(item.run_id)}, "
+        f"deadline {deadline_text(item.deadline, at)}, sealed by {terminal_safe(item.sealed_by)}"
     )
 
 
@@ -273,7 +275,9 @@ def claim_cmd(settings: Settings, key: str, out: str | None) -> None:
     if out:
         emit_json(envelope_doc(key, env))
         return
-    click.echo(f"claimed {key!r} for {where(store.identity)}: this caller now owns run {env.run_id}", err=True)
+    click.echo(
+        f"claimed {key!r} for {where(store.identity)}: this caller now owns run {terminal_safe(env.run_id)}", err=True
+    )
     _print_envelope(key, env, now())
 
 
@@ -377,7 +381,7 @@ def sweep_cmd(settings: Settings, dry_run: bool, out: str | None) -> None:
         + (f" and {dropped} question{'s' if dropped != 1 else ''}" if dropped else "")
     )
     for key in keys:
-        click.echo(f"  {key}")
+        click.echo(f"  {terminal_safe(key)}")
 
 
 @cli.command("reseal", context_settings=CONTEXT)
@@ -432,7 +436,10 @@ def verify_one(store: berth.Store, key: str) -> tuple[str, str]:
         if item is not None:
             name, _, key_id = item.sealed_by.partition(":")
             if name != berth.PlaintextSealer.name and not store.sealer.can_open(name, key_id):
-                return "unknown_key", f"sealed by {item.sealed_by}, which the configured sealer does not hold"
+                return "unknown_key", (
+                    f"claims to be sealed by {item.sealed_by}, which the configured sealer does not hold "
+                    "(or its header was rewritten)"
+                )
         return "tampered", str(exc)
     except berth.FormatError as exc:
         return "unreadable", str(exc)
@@ -454,7 +461,9 @@ def _names(store: berth.Store) -> Iterator[str]:
 def verify_cmd(settings: Settings, out: str | None) -> None:
     """Open every frame; count ok, expired, tampered, unknown key.
 
-    Exit 1 if any frame is tampered with (or unreadable).
+    Exit 1 if any frame does not open: tampered, unreadable, or sealed under a
+    key id the configured sealer does not hold (the header's key id is not
+    authenticated until the frame opens).
 
     \b
     Example:
@@ -479,9 +488,15 @@ def verify_cmd(settings: Settings, out: str | None) -> None:
         emit_json({**counts, "problems": problems})
     elif out is None:
         for p in problems:
-            click.echo(f"{p['status'].replace('_', ' '):<11} {p['key']}: {one_line(p['error'])}")
+            click.echo(f"{p['status'].replace('_', ' '):<11} {terminal_safe(p['key'])}: {one_line(p['error'])}")
         summary = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n or s in ("ok", "tampered"))
         click.echo(f"{where(store.identity)}: {summary}")
-    bad = counts["tampered"] + counts["unreadable"]
+    # A frame's key id is in its cleartext header, which only the seal authenticates: "sealed
+    # under a key we lack" may be a rewritten header. Whatever it claims, a frame that does not
+    # open fails the command.
+    bad = counts["tampered"] + counts["unreadable"] + counts["unknown_key"]
     if bad:
-        refuse(f"{bad} frame{'s' if bad != 1 else ''} of {where(store.identity)} refused as tampered or unreadable")
+        refuse(
+            f"{bad} frame{'s' if bad != 1 else ''} of {where(store.identity)} did not open "
+            "(tampered, unreadable, or sealed under a key id the sealer does not hold)"
+        )

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
 
 from berth._errors import BerthError
+from berth._redact import redact_text, redact_url
 from berth._token import Token
 
-__all__ = ["Backend", "Head", "aio_registry", "backend_class", "open_backend", "registry"]
+__all__ = ["Backend", "Head", "aio_registry", "backend_class", "credentials_hidden", "open_backend", "registry"]
 
 Head = tuple[str, bytes, Token, int]
 """(name, the first bytes of the stored data, its token, the data's full size)."""
@@ -73,7 +75,9 @@ def backend_class(url: str, *, native_async: bool = False) -> Any:
     importing its module (and client library) only now."""
     scheme, sep, _ = url.partition("://")
     if not sep:
-        raise BerthError(f"store URL {url!r} has no scheme: use one of {', '.join(s + '://' for s in registry)}")
+        raise BerthError(
+            f"store URL {redact_url(url)!r} has no scheme: use one of {', '.join(s + '://' for s in registry)}"
+        )
     entry = registry.get(scheme.lower())
     if entry is None:
         raise BerthError(f"unknown store scheme {scheme!r}: use one of {', '.join(s + '://' for s in registry)}")
@@ -93,6 +97,28 @@ def backend_class(url: str, *, native_async: bool = False) -> Any:
     return getattr(module, cls_name)
 
 
+@contextmanager
+def credentials_hidden(url: str) -> Iterator[None]:
+    """A `with` block opening `url`: an error quoting the URL or its password comes out redacted.
+
+    A backend, or its client library parsing the URL, may quote either (psycopg's "invalid
+    percent-encoded token"). Such an error is raised anew with the credential replaced by `***`,
+    and without the original in its chain, so a traceback cannot show it either.
+    """
+    try:
+        yield
+    except Exception as exc:
+        text = str(exc)
+        clean = redact_text(text, url)
+        cause = exc.__cause__ or exc.__context__
+        if clean == text and (cause is None or redact_text(str(cause), url) == str(cause)):
+            raise
+        if isinstance(exc, BerthError):
+            raise type(exc)(clean, identity=exc.identity, key=exc.key) from None
+        raise BerthError(f"cannot open {redact_url(url)}: {type(exc).__name__}: {clean}") from None
+
+
 def open_backend(url: str, **options: Any) -> Any:
     """Open the backend for `url`, importing its module (and client library) only now."""
-    return backend_class(url).from_url(url, **options)
+    with credentials_hidden(url):
+        return backend_class(url).from_url(url, **options)
