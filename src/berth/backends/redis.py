@@ -529,8 +529,10 @@ class AsyncRedisBackend(AsyncBackend):
     """`RedisBackend` awaited, on `redis.asyncio`: the same keys, scripts and semantics.
 
     Holds a `RedisBackend` (`sync`) for the options, the checks before a call and
-    the reading of replies; its own client is `redis.asyncio.Redis`. The server's
-    durability check runs once, in a worker thread, on first use.
+    the reading of replies; its own client is `redis.asyncio.Redis` on a blocking
+    pool of `max_connections` (default 50) where a task waits up to `pool_timeout`
+    seconds (default: the socket timeout) for a connection. The server's durability
+    check runs once, in a worker thread, on first use.
     """
 
     def __init__(self, sync: RedisBackend, client: Any, *, check_durability: bool = True):
@@ -547,6 +549,8 @@ class AsyncRedisBackend(AsyncBackend):
         import redis.asyncio
         import redis.asyncio.retry
 
+        options = dict(options)
+        pool_timeout = options.pop("pool_timeout", None)
         client_url, client_options, own = _client_args(url, dict(options))
         check = own.pop("check_durability", True)
         sync = RedisBackend(redis.Redis.from_url(client_url, **client_options), check_durability=False, **own)
@@ -554,7 +558,7 @@ class AsyncRedisBackend(AsyncBackend):
         # A pool that makes a task wait for a free connection (redis.asyncio's default one raises
         # MaxConnectionsError past 100 concurrent calls, which a busy event loop reaches at once).
         client_options.setdefault("max_connections", 50)
-        client_options.setdefault("timeout", client_options.get("socket_timeout", 10.0))
+        client_options["timeout"] = pool_timeout if pool_timeout is not None else client_options["socket_timeout"]
         pool = redis.asyncio.BlockingConnectionPool.from_url(client_url, **client_options)
         return cls(sync, redis.asyncio.Redis.from_pool(pool), check_durability=check)
 
