@@ -26,6 +26,7 @@ import pytest
 
 import berth
 from berth.testing import AsyncStoreContract, StoreContract, make_envelope
+from tests.backends._async_subset import split
 from tests.conftest import require
 from tests.fakes.gcs import FakeGcs
 from tests.fakes.proxy import FaultyProxy
@@ -96,8 +97,14 @@ class TestGcsContractOnFake(StoreContract):
         return functools.partial(GcsBackend.from_url, f"gs://{bucket}/contract", endpoint=fake.url)
 
 
-class TestGcsAsyncContractOnFake(AsyncStoreContract, TestGcsContractOnFake):
+class _GcsAsyncContractOnFake(AsyncStoreContract, TestGcsContractOnFake):
     """The same cases through berth.aio (this backend in worker threads)."""
+
+
+# the default run takes the representative async cases, -m slow all of them (tests/backends/_async_subset.py)
+TestGcsAsyncContractOnFake, TestGcsAsyncContractOnFakeCore = split(
+    _GcsAsyncContractOnFake, "TestGcsAsyncContractOnFake"
+)
 
 
 # --- the URL and its options ---------------------------------------------------------------

@@ -19,6 +19,7 @@ import berth
 from berth.testing import AsyncStoreContract, StoreContract, make_envelope
 from tests._moto import moto_command
 from tests._net import free_port, wait_http
+from tests.backends._async_subset import split
 from tests.conftest import require, unavailable
 from tests.fakes.proxy import FaultyProxy
 
@@ -92,8 +93,12 @@ class TestS3Contract(StoreContract):
         return functools.partial(S3Backend.from_url, f"s3://{bucket}/contract", endpoint_url=moto_url)
 
 
-class TestS3AsyncContract(AsyncStoreContract, TestS3Contract):
+class _S3AsyncContract(AsyncStoreContract, TestS3Contract):
     """The same cases through berth.aio (this backend in worker threads)."""
+
+
+# the default run takes the representative async cases, -m slow all of them (tests/backends/_async_subset.py)
+TestS3AsyncContract, TestS3AsyncContractCore = split(_S3AsyncContract, "TestS3AsyncContract")
 
 
 # --- the URL and its options ---------------------------------------------------------------
