@@ -43,13 +43,14 @@ EXTRA_PROVIDES = {
     "serve": ["berth._serve._app", "uvicorn", "python_multipart"],
     "openai-agents": ["agents"],  # berth.openai_agents imports the SDK when it parks or resumes
     "pydantic-ai": ["pydantic_ai"],
+    "langgraph": ["berth.langgraph"],
 }
 # the extras that `berth[all]` names
 ALL = re.fullmatch(r"berth\[([\w,-]+)\]", PYPROJECT["project"]["optional-dependencies"]["all"][0]).group(1).split(",")
 DEV_EXTRAS = {"all", "test", "docs", "bench"}  # not for users at run time
 CLIENTS = [
     *("boto3", "botocore", "psycopg", "redis", "google.cloud.storage", "google.cloud.kms_v1"),
-    *("starlette", "uvicorn", "jinja2", "agents", "pydantic_ai"),
+    *("starlette", "uvicorn", "jinja2", "agents", "pydantic_ai", "langgraph"),
 ]
 # one environment per extra, plus none and all; `berth demo` runs where users first meet it, without extras
 VARIANTS = ["", *EXTRA_PROVIDES, "all"]

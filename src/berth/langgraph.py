@@ -1,0 +1,596 @@
+"""LangGraph checkpoint savers whose checkpoints are sealed berth frames (extra `langgraph`).
+
+    store = berth.open_store("sqlite:////var/lib/app/berth.db", identity="support-bot", sealer=sealer)
+    graph = builder.compile(checkpointer=berth.langgraph.BerthSaver(store))
+    ...
+    astore = berth.aio.open_store(url, identity="support-bot", sealer=sealer)
+    graph = builder.compile(checkpointer=berth.langgraph.AsyncBerthSaver(astore))
+
+Every checkpoint and every task's pending writes is one berth frame, sealed by
+the store's sealer and bound (as the seal's associated data) to the store's
+identity and its key, which names the thread, the namespace and the checkpoint
+id; the sealed body names them again, and a load checks both. So a planted
+frame, a frame moved to another thread and a flipped byte are refused
+(`berth.IntegrityError` or `berth.FormatError`), never decoded.
+
+Keys, under `prefix` (default ``langgraph/``)::
+
+    <thread>/<ns>/c/<checkpoint id>               the checkpoint and its metadata
+    <thread>/<ns>/w/<checkpoint id>/<task id>     one task's pending writes
+
+Each part is escaped into one key segment (`~XX` per UTF-8 byte outside
+``A-Z a-z 0-9 - _ : @ + = ,``; the empty string is ``~``), and a part whose
+escaped form passes 180 bytes is named by its SHA-256 (``~h<hex>``) -- never cut:
+the full value rides in the sealed body and is compared on every load.
+LangGraph's checkpoint ids are UUIDv6 strings, time-ordered and made of safe
+characters, so key order is time order and the latest checkpoint of a namespace
+is one ordered listing with `limit=1` (`Store.list(..., limit=1, reverse=True)`).
+
+Interrupts resumed exactly once: `resume_once` / `aresume_once` (below).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import orjson
+
+from berth._aio_store import AsyncStore
+from berth._envelope import Envelope
+from berth._errors import IntegrityError, TokenMismatch, where
+from berth._plan import Plan, arun, call, run
+from berth._store import Listing, Parked, Store
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_checkpoint_id,
+        get_checkpoint_metadata,
+        writes_sort_key,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("berth.langgraph needs langgraph: pip install 'berth[langgraph]'") from exc
+
+__all__ = ["PROVIDER", "AsyncBerthSaver", "BerthSaver"]
+
+PROVIDER = "langgraph"
+"""The envelope's `provider` for frames written by these savers."""
+
+T = TypeVar("T")
+
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_:@+=,")
+_SEGMENT_MAX = 180
+_PAGE = 100  # checkpoints loaded per batch while listing
+
+
+def _segment(value: str) -> str:
+    """`value` as one valid, injective key segment (see the module's docstring)."""
+    if not value:
+        return "~"
+    if all(ch in _SAFE for ch in value):
+        out = value
+    else:
+        raw = value.encode("utf-8", "surrogatepass")
+        out = "".join(chr(b) if chr(b) in _SAFE else f"~{b:02X}" for b in raw)
+    if len(out) > _SEGMENT_MAX:
+        return "~h" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+    return out
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+class _Parts:
+    """A frame's key, split: thread, namespace and kind segments, then the checkpoint id's (and task's)."""
+
+    __slots__ = ("cid", "kind", "ns", "task", "thread")
+
+    def __init__(self, rest: str):
+        parts = rest.split("/")
+        self.thread, self.ns, self.kind = (parts + ["", "", ""])[:3]
+        self.cid = parts[3] if len(parts) > 3 else ""
+        self.task = parts[4] if len(parts) > 4 else ""
+
+
+class _SyncIO:
+    """The store calls a saver's plans make, over a `berth.Store`."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
+        return list(self.store.list(prefix, limit=limit, reverse=reverse))
+
+    def load(self, key: str) -> Parked | None:
+        return self.store.load(key)
+
+    def load_many(self, keys: Sequence[str]) -> list[Parked | None]:
+        return self.store.load_many(keys) if keys else []
+
+    def save(self, key: str, envelope: Envelope, **condition: Any) -> Any:
+        return self.store.save(key, envelope, **condition)
+
+    def delete(self, key: str, token: Any) -> None:
+        try:
+            self.store.delete(key, token)
+        except TokenMismatch:  # re-saved or removed meanwhile: what is there now stays
+            pass
+
+    def delete_prefix(self, prefix: str) -> int:
+        return self.store.delete_prefix(prefix)
+
+
+class _AsyncIO:
+    """The same calls, awaited, over a `berth.aio.AsyncStore`."""
+
+    def __init__(self, store: AsyncStore):
+        self.store = store
+
+    async def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
+        return [item async for item in self.store.list(prefix, limit=limit, reverse=reverse)]
+
+    async def load(self, key: str) -> Parked | None:
+        return await self.store.load(key)
+
+    async def load_many(self, keys: Sequence[str]) -> list[Parked | None]:
+        return await self.store.load_many(keys) if keys else []
+
+    async def save(self, key: str, envelope: Envelope, **condition: Any) -> Any:
+        return await self.store.save(key, envelope, **condition)
+
+    async def delete(self, key: str, token: Any) -> None:
+        try:
+            await self.store.delete(key, token)
+        except TokenMismatch:
+            pass
+
+    async def delete_prefix(self, prefix: str) -> int:
+        return await self.store.delete_prefix(prefix)
+
+
+def _configurable(config: RunnableConfig) -> dict[str, Any]:
+    return dict(config.get("configurable") or {})
+
+
+def _thread_of(config: RunnableConfig) -> str:
+    value = _configurable(config).get("thread_id")
+    if value is None:
+        raise ValueError("a LangGraph config for a berth saver needs configurable.thread_id")
+    return str(value)
+
+
+def _config(thread: str, ns: str, cid: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+
+class _SaverCore(BaseCheckpointSaver[Any]):
+    """The savers' logic, once: every operation is a plan (`berth._plan`) over the role "io"."""
+
+    _sync_io: Any
+    _async_run: Callable[[Plan[Any]], Any]
+
+    def __init__(self, *, identity: str, prefix: str, serde: SerializerProtocol | None):
+        super().__init__(serde=serde)
+        if not isinstance(prefix, str) or (prefix and not prefix.endswith("/")) or len(prefix) > 128:
+            raise ValueError(f"prefix must be '' or a str ending in '/' of at most 128 characters, got {prefix!r}")
+        self.identity = identity
+        self.prefix = prefix
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    def _thread_prefix(self, thread: str) -> str:
+        return f"{self.prefix}{_segment(thread)}/"
+
+    def _ns_prefix(self, thread: str, ns: str) -> str:
+        return f"{self._thread_prefix(thread)}{_segment(ns)}/"
+
+    def _checkpoint_key(self, thread: str, ns: str, cid: str) -> str:
+        return f"{self._ns_prefix(thread, ns)}c/{_segment(cid)}"
+
+    def _writes_prefix(self, thread: str, ns: str, cid: str) -> str:
+        return f"{self._ns_prefix(thread, ns)}w/{_segment(cid)}/"
+
+    def _parts(self, key: str) -> _Parts:
+        return _Parts(key[len(self.prefix) :])
+
+    # -- frames -------------------------------------------------------------------------------
+
+    def _bound(self, key: str, parked: Parked, want: dict[str, str]) -> dict[str, Any]:
+        """The sealed body at `key`, after checking it names what the key does (thread, ns, ids)."""
+        env = parked.envelope
+        body = orjson.loads(env.provider_state) if env.provider == PROVIDER else None
+        if not isinstance(body, dict) or any(body.get(name) != value for name, value in want.items()):
+            raise IntegrityError(
+                f"frame at {where(self.identity, key)} is not the LangGraph "
+                f"{'checkpoint' if 'task_id' not in want else 'write'} its key names: refused",
+                identity=self.identity,
+                key=key,
+            )
+        return body
+
+    def _checkpoint_envelope(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> tuple[str, Envelope, RunnableConfig]:
+        conf = _configurable(config)
+        thread = _thread_of(config)
+        ns = str(conf.get("checkpoint_ns") or "")
+        cid = str(checkpoint["id"])
+        ctype, cdata = self.serde.dumps_typed(checkpoint)
+        merged = get_checkpoint_metadata(config, metadata)
+        mtype, mdata = self.serde.dumps_typed(merged)
+        run_id = merged.get("run_id")
+        body = {
+            "thread_id": thread,
+            "checkpoint_ns": ns,
+            "checkpoint_id": cid,
+            "parent_checkpoint_id": conf.get("checkpoint_id"),
+            "type": ctype,
+            "checkpoint": _b64(cdata),
+            "metadata_type": mtype,
+            "metadata": _b64(mdata),
+        }
+        env = Envelope(
+            provider=PROVIDER,
+            provider_state=orjson.dumps(body),
+            run_id=run_id if isinstance(run_id, str) else "",
+            reason="checkpoint",
+        )
+        return self._checkpoint_key(thread, ns, cid), env, _config(thread, ns, cid)
+
+    def _tuple(self, body: dict[str, Any], writes: list[tuple[str, str, Any]]) -> CheckpointTuple:
+        thread, ns, cid = body["thread_id"], body["checkpoint_ns"], body["checkpoint_id"]
+        parent = body.get("parent_checkpoint_id")
+        return CheckpointTuple(
+            config=_config(thread, ns, cid),
+            checkpoint=self.serde.loads_typed((body["type"], _unb64(body["checkpoint"]))),
+            metadata=self.serde.loads_typed((body["metadata_type"], _unb64(body["metadata"]))),
+            parent_config=_config(thread, ns, parent) if parent else None,
+            pending_writes=writes,
+        )
+
+    # -- plans --------------------------------------------------------------------------------
+
+    def _pending_writes(self, thread: str, ns: str, cid: str) -> Plan[list[tuple[str, str, Any]]]:
+        rows = yield call("io", "heads", self._writes_prefix(thread, ns, cid))
+        if not rows:
+            return []
+        keys = [row.key for row in rows]
+        loaded = yield call("io", "load_many", keys)
+        found: list[tuple[tuple[str, str, int], tuple[str, str, Any]]] = []
+        for key, parked in zip(keys, loaded, strict=True):
+            if parked is None:
+                continue
+            body = self._bound(key, parked, {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid})
+            task, path = body["task_id"], body.get("task_path", "")
+            for idx, channel, vtype, vdata in body["writes"]:
+                value = self.serde.loads_typed((vtype, _unb64(vdata)))
+                found.append((writes_sort_key(path, task, idx), (task, channel, value)))
+        found.sort(key=lambda item: item[0])
+        return [write for _, write in found]
+
+    def _get_tuple(self, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
+        thread = _thread_of(config)
+        ns = str(_configurable(config).get("checkpoint_ns") or "")
+        cid = get_checkpoint_id(config)
+        if cid:
+            key = self._checkpoint_key(thread, ns, str(cid))
+        else:
+            latest = yield call("io", "heads", f"{self._ns_prefix(thread, ns)}c/", 1, True)
+            if not latest:
+                return None
+            key = latest[0].key
+        parked = yield call("io", "load", key)
+        if parked is None:
+            return None
+        want = {"thread_id": thread, "checkpoint_ns": ns}
+        if cid:
+            want["checkpoint_id"] = str(cid)
+        body = self._bound(key, parked, want)
+        writes = yield from self._pending_writes(thread, ns, body["checkpoint_id"])
+        return self._tuple(body, writes)
+
+    def _list(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Plan[list[CheckpointTuple]]:
+        conf = _configurable(config) if config else {}
+        thread = conf.get("thread_id")
+        ns = conf.get("checkpoint_ns")
+        only = conf.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+        if thread is None:
+            prefix = self.prefix
+        elif ns is None:
+            prefix = self._thread_prefix(str(thread))
+        else:
+            prefix = f"{self._ns_prefix(str(thread), str(ns))}c/"
+        if limit is not None and limit <= 0:
+            return []
+        narrow = thread is not None and ns is not None and not filter and not before_id and not only
+        rows = yield call("io", "heads", prefix, limit if narrow else None, True)
+        candidates = []
+        for row in rows:
+            parts = self._parts(row.key)
+            if parts.kind != "c" or (only is not None and parts.cid != _segment(str(only))):
+                continue
+            if before_id is not None and parts.cid >= _segment(str(before_id)):
+                continue
+            candidates.append((parts.cid, row.key))
+        candidates.sort(key=lambda item: item[0], reverse=True)  # newest first, across namespaces and threads
+        out: list[CheckpointTuple] = []
+        for start in range(0, len(candidates), _PAGE):
+            keys = [key for _, key in candidates[start : start + _PAGE]]
+            loaded = yield call("io", "load_many", keys)
+            for key, parked in zip(keys, loaded, strict=True):
+                if parked is None:
+                    continue
+                want = {} if thread is None else {"thread_id": str(thread)}
+                if ns is not None:
+                    want["checkpoint_ns"] = str(ns)
+                body = self._bound(key, parked, want)
+                tup = self._tuple(body, [])
+                if filter and not all(tup.metadata.get(k) == v for k, v in filter.items()):
+                    continue
+                where_ = (body["thread_id"], body["checkpoint_ns"], body["checkpoint_id"])
+                writes = yield from self._pending_writes(*where_)
+                out.append(tup._replace(pending_writes=writes))
+                if limit is not None and len(out) >= limit:
+                    return out
+        return out
+
+    def _put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> Plan[RunnableConfig]:
+        key, env, stored = self._checkpoint_envelope(config, checkpoint, metadata)
+        yield call("io", "save", key, env)
+        return stored
+
+    def _put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
+    ) -> Plan[None]:
+        conf = _configurable(config)
+        thread = _thread_of(config)
+        ns = str(conf.get("checkpoint_ns") or "")
+        cid = str(conf["checkpoint_id"])
+        key = self._writes_prefix(thread, ns, cid) + _segment(str(task_id))
+        new: dict[int, list[Any]] = {}
+        for i, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, i)
+            vtype, vdata = self.serde.dumps_typed(value)
+            new[idx] = [idx, channel, vtype, _b64(vdata)]
+        head = {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid, "task_id": str(task_id)}
+        condition: dict[str, Any] = {"if_absent": True}
+        merged = dict(new)
+        while True:
+            body = {**head, "task_path": task_path, "writes": sorted(merged.values(), key=lambda w: w[0])}
+            env = Envelope(provider=PROVIDER, provider_state=orjson.dumps(body), reason="pending writes")
+            try:
+                yield call("io", "save", key, env, **condition)
+                return None
+            except TokenMismatch:
+                pass
+            parked = yield call("io", "load", key)
+            if parked is None:
+                condition, merged = {"if_absent": True}, dict(new)
+                continue
+            old = self._bound(key, parked, head)
+            # as LangGraph's own savers: a regular write already stored stays; special channels are replaced
+            merged = {w[0]: w for w in old["writes"]}
+            for idx, write in new.items():
+                if idx < 0 or idx not in merged:
+                    merged[idx] = write
+            condition = {"if_match": parked.token}
+
+    def _delete_thread(self, thread_id: str) -> Plan[None]:
+        yield call("io", "delete_prefix", self._thread_prefix(str(thread_id)))
+        return None
+
+    def _delete_checkpoints(self, rows: Sequence[Listing]) -> Plan[None]:
+        for row in rows:
+            parts = self._parts(row.key)
+            yield call("io", "delete", row.key, row.token)
+            yield call("io", "delete_prefix", row.key[: -len(parts.cid) - 2] + f"w/{parts.cid}/")
+        return None
+
+    def _delete_for_runs(self, run_ids: Sequence[str]) -> Plan[None]:
+        wanted = {str(r) for r in run_ids}
+        if not wanted:
+            return None
+        rows = yield call("io", "heads", self.prefix)
+        doomed = [row for row in rows if self._parts(row.key).kind == "c" and row.run_id in wanted]
+        yield from self._delete_checkpoints(doomed)
+        return None
+
+    def _copy_thread(self, source: str, target: str) -> Plan[None]:
+        rows = yield call("io", "heads", self._thread_prefix(str(source)))
+        dest = self._thread_prefix(str(target))
+        for start in range(0, len(rows), _PAGE):
+            keys = [row.key for row in rows[start : start + _PAGE]]
+            loaded = yield call("io", "load_many", keys)
+            for key, parked in zip(keys, loaded, strict=True):
+                if parked is None:
+                    continue
+                body = self._bound(key, parked, {"thread_id": str(source)})
+                body["thread_id"] = str(target)
+                env = parked.envelope.replace(provider_state=orjson.dumps(body), created_at=None)
+                yield call("io", "save", dest + key[len(self._thread_prefix(str(source))) :], env)
+        return None
+
+    def _prune(self, thread_ids: Sequence[str], strategy: str) -> Plan[None]:
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
+        for thread in thread_ids:
+            if strategy == "delete":
+                yield from self._delete_thread(thread)
+                continue
+            rows = yield call("io", "heads", self._thread_prefix(str(thread)))
+            latest: dict[str, Listing] = {}
+            for row in rows:
+                parts = self._parts(row.key)
+                if parts.kind == "c" and (parts.ns not in latest or parts.cid > self._parts(latest[parts.ns].key).cid):
+                    latest[parts.ns] = row
+            keep = {row.key for row in latest.values()}
+            yield from self._delete_checkpoints(
+                [row for row in rows if self._parts(row.key).kind == "c" and row.key not in keep]
+            )
+        return None
+
+    # -- the BaseCheckpointSaver API ----------------------------------------------------------
+
+    def _run(self, plan: Plan[T]) -> T:
+        return run(plan, {"io": self._sync_io})
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint `config` names, or the latest of its thread and namespace; `None` if there is none."""
+        return self._run(self._get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first: of `config`'s thread (and namespace when it names one), or of all threads."""
+        yield from self._run(self._list(config, filter, before, limit))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Seal and save `checkpoint` (one frame); return the config that names it."""
+        return self._run(self._put(config, checkpoint, metadata))
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        """Seal and save one task's pending writes of the checkpoint `config` names (one frame per task)."""
+        return self._run(self._put_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint and pending write of the thread."""
+        return self._run(self._delete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) whose metadata names one of `run_ids`."""
+        return self._run(self._delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and pending write of one thread to another (resealed, bound to the target)."""
+        return self._run(self._copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """`keep_latest`: keep each namespace's newest checkpoint (and its writes); `delete`: delete the threads."""
+        return self._run(self._prune(thread_ids, strategy))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """`get_tuple`, awaited."""
+        result: CheckpointTuple | None = await self._async_run(self._get_tuple(config))
+        return result
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """`list`, awaited."""
+        for item in await self._async_run(self._list(config, filter, before, limit)):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """`put`, awaited."""
+        stored: RunnableConfig = await self._async_run(self._put(config, checkpoint, metadata))
+        return stored
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        """`put_writes`, awaited."""
+        await self._async_run(self._put_writes(config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """`delete_thread`, awaited."""
+        await self._async_run(self._delete_thread(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """`delete_for_runs`, awaited."""
+        await self._async_run(self._delete_for_runs(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """`copy_thread`, awaited."""
+        await self._async_run(self._copy_thread(source_thread_id, target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """`prune`, awaited."""
+        await self._async_run(self._prune(thread_ids, strategy))
+
+
+class BerthSaver(_SaverCore):
+    """A LangGraph checkpoint saver over a `berth.Store`; its `a*` methods run the same calls in a worker thread.
+
+    Args:
+        store: the berth store (its sealer seals every checkpoint; its identity namespaces them).
+        prefix: where under the store's keys the savers' frames live (`''` or ending in `/`).
+        serde: LangGraph's serializer for the values inside (default: its `JsonPlusSerializer`);
+            berth seals whatever it produces.
+    """
+
+    def __init__(self, store: Store, *, prefix: str = "langgraph/", serde: SerializerProtocol | None = None):
+        if not isinstance(store, Store):
+            raise TypeError(f"BerthSaver needs a berth.Store, got {type(store).__name__}")
+        super().__init__(identity=store.identity, prefix=prefix, serde=serde)
+        self.store = store
+        self._sync_io = _SyncIO(store)
+
+    async def _async_run(self, plan: Plan[T]) -> T:
+        return await asyncio.to_thread(self._run, plan)
+
+
+class AsyncBerthSaver(_SaverCore):
+    """A LangGraph checkpoint saver over a `berth.aio.AsyncStore`; its sync methods use the store's sync twin.
+
+    Arguments as `BerthSaver`'s.
+    """
+
+    def __init__(self, store: AsyncStore, *, prefix: str = "langgraph/", serde: SerializerProtocol | None = None):
+        if not isinstance(store, AsyncStore):
+            raise TypeError(f"AsyncBerthSaver needs a berth.aio.AsyncStore, got {type(store).__name__}")
+        super().__init__(identity=store.identity, prefix=prefix, serde=serde)
+        self.store = store
+        self._sync_io = _SyncIO(store.sync)
+        self._async_io = _AsyncIO(store)
+
+    async def _async_run(self, plan: Plan[T]) -> T:
+        return await arun(plan, {"io": self._async_io})

@@ -1,0 +1,189 @@
+"""berth.langgraph: LangGraph's own checkpointer conformance suite against both savers, and what sealing refuses."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncGenerator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import berth
+import berth.aio
+from tests.conftest import require
+
+require("langgraph.checkpoint.conformance", "LangGraph")
+
+from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
+from langgraph.checkpoint.conformance import validate  # noqa: E402
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES  # noqa: E402
+from langgraph.checkpoint.conformance.initializer import RegisteredCheckpointer  # noqa: E402
+
+from berth.langgraph import AsyncBerthSaver, BerthSaver  # noqa: E402
+
+KEYRING = berth.Keyring.generate()
+
+
+def _sealer() -> berth.Sealer:
+    return berth.AesGcmSealer(KEYRING)
+
+
+@pytest.fixture(
+    params=["memory", "sqlite", "file", pytest.param("postgresql", marks=pytest.mark.postgres),
+            pytest.param("redis", marks=pytest.mark.redis)]
+)  # fmt: skip
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    kind = request.param
+    if kind == "memory":
+        yield f"memory://langgraph-{uuid.uuid4().hex}"
+    elif kind == "sqlite":
+        yield f"sqlite:///{tmp_path}/berth.db"
+    elif kind == "file":
+        yield f"file://{tmp_path}/frames"
+    elif kind == "postgresql":
+        dsn: str = request.getfixturevalue("postgres_dsn")
+        schema = f"berth_lg_{uuid.uuid4().hex[:12]}"
+        yield f"{dsn}?schema={schema}"
+        psycopg = require("psycopg", "PostgreSQL")
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    else:
+        redis_url: str = request.getfixturevalue("redis_url")
+        prefix = f"berth-lg-{uuid.uuid4().hex[:12]}:"
+        yield f"{redis_url}?prefix={prefix}&check_durability=false"
+        redis = require("redis", "Redis")
+        admin = redis.Redis.from_url(redis_url)
+        for key in admin.scan_iter(match=f"{prefix}*"):
+            admin.delete(key)
+        admin.close()
+
+
+def _registered(url: str, flavour: str) -> RegisteredCheckpointer:
+    async def factory() -> AsyncGenerator[Any, None]:
+        identity = f"lg-{uuid.uuid4().hex[:12]}"  # a fresh saver per capability suite, as the suite asks
+        if flavour == "sync":
+            store = berth.open_store(url, identity=identity, sealer=_sealer())
+            try:
+                yield BerthSaver(store)
+            finally:
+                store.close()
+        else:
+            async with berth.aio.open_store(url, identity=identity, sealer=_sealer()) as astore:
+                yield AsyncBerthSaver(astore)
+
+    return RegisteredCheckpointer(name=f"berth-{flavour}", factory=factory)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_langgraph_conformance_suite_passes_every_capability(url: str, flavour: str) -> None:
+    started = time.perf_counter()
+    report = asyncio.run(validate(_registered(url, flavour)))
+    elapsed = time.perf_counter() - started
+    assert set(report.results) == {cap.value for cap in ALL_CAPABILITIES}
+    failures = {name: r.failures for name, r in report.results.items() if not (r.detected and r.passed)}
+    assert not failures, failures
+    assert all(r.tests_skipped == 0 and r.tests_passed > 0 for r in report.results.values())
+    print(f"conformance {flavour} on {url.split(':')[0]}: {len(report.results)} capabilities in {elapsed:.2f}s")
+
+
+# -- what sealing and binding refuse ------------------------------------------------------------
+
+
+def _config(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+
+
+def _put(saver: BerthSaver, thread: str, values: dict[str, Any]) -> dict[str, Any]:
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = values
+    stored: dict[str, Any] = saver.put(_config(thread), checkpoint, {"source": "loop", "step": 0}, {})
+    return stored
+
+
+def test_a_planted_plaintext_checkpoint_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/b.db"
+    saver = BerthSaver(berth.open_store(url, identity="ops", sealer=_sealer()))
+    _put(saver, "t1", {"approved": False})
+    # an attacker with write access to the database plants a well-formed checkpoint, sealed by nobody
+    planter = BerthSaver(berth.open_store(url, identity="ops", sealer=berth.PlaintextSealer()))
+    planted = _put(planter, "t1", {"approved": True})
+    with pytest.raises(berth.IntegrityError, match="plaintext frame") as caught:
+        saver.get_tuple(_config("t1"))
+    assert "approved" not in str(caught.value)
+    with pytest.raises(berth.IntegrityError):
+        saver.get_tuple(planted)
+
+
+def test_a_checkpoint_moved_to_another_thread_is_refused(tmp_path: Path) -> None:
+    store = berth.open_store(f"sqlite:///{tmp_path}/b.db", identity="ops", sealer=_sealer())
+    saver = BerthSaver(store)
+    stored = _put(saver, "alice", {"approved": True})
+    cid = stored["configurable"]["checkpoint_id"]
+    # copy alice's sealed frame, byte for byte, to where bob's checkpoint would be
+    source = store._name(f"langgraph/alice/~/c/{cid}")
+    frame = store.backend.get(source)
+    assert frame is not None
+    store.backend.put(store._name(f"langgraph/bob/~/c/{cid}"), bytes(frame[0]))
+    assert saver.get_tuple(_config("alice")) is not None
+    with pytest.raises(berth.IntegrityError):
+        saver.get_tuple(_config("bob"))
+    with pytest.raises(berth.IntegrityError):
+        list(saver.list(_config("bob")))
+
+
+def test_a_flipped_byte_is_refused(tmp_path: Path) -> None:
+    store = berth.open_store(f"sqlite:///{tmp_path}/b.db", identity="ops", sealer=_sealer())
+    saver = BerthSaver(store)
+    stored = _put(saver, "t1", {"approved": False})
+    saver.put_writes(stored, [("approved", False)], "task-1")
+    for key in (f"langgraph/t1/~/c/{stored['configurable']['checkpoint_id']}", None):
+        name = store._name(key) if key else next(iter(store.backend.scan(store._prefix + "langgraph/t1/~/w/")))
+        frame = store.backend.get(name)
+        assert frame is not None
+        data = bytearray(frame[0])
+        data[-3] ^= 0x01
+        store.backend.put(name, bytes(data))
+        with pytest.raises(berth.IntegrityError):
+            saver.get_tuple(_config("t1"))
+        store.backend.put(name, bytes(frame[0]))  # restore, then break the writes frame next
+    assert saver.get_tuple(_config("t1")) is not None
+
+
+@pytest.mark.parametrize(
+    "thread",
+    ["", ".", "..", "a/b", "t" * 5000, "émoji 🚀 / space", "~", "~h" + "0" * 64, "%2e%2e", "\x00ctl", "a" * 180],
+)
+def test_thread_ids_of_any_length_and_alphabet_round_trip_apart(thread: str) -> None:
+    saver = BerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()))
+    mine = _put(saver, thread, {"who": "me"})
+    _put(saver, thread + "x", {"who": "other"})
+    got = saver.get_tuple(_config(thread))
+    assert got is not None and got.checkpoint["channel_values"] == {"who": "me"}
+    assert got.config["configurable"]["thread_id"] == thread
+    assert got.config["configurable"]["checkpoint_id"] == mine["configurable"]["checkpoint_id"]
+    assert [t.config["configurable"]["thread_id"] for t in saver.list(_config(thread))] == [thread]
+    saver.delete_thread(thread)
+    assert saver.get_tuple(_config(thread)) is None
+    assert saver.get_tuple(_config(thread + "x")) is not None
+
+
+def test_the_latest_checkpoint_is_the_newest_by_time(tmp_path: Path) -> None:
+    saver = BerthSaver(berth.open_store(f"sqlite:///{tmp_path}/b.db", identity="ops", sealer=_sealer()))
+    ids = [_put(saver, "t1", {"n": i})["configurable"]["checkpoint_id"] for i in range(20)]
+    assert ids == sorted(ids)
+    latest = saver.get_tuple(_config("t1"))
+    assert latest is not None and latest.checkpoint["channel_values"] == {"n": 19}
+    page = [t.checkpoint["channel_values"]["n"] for t in saver.list(_config("t1"), limit=3)]
+    assert page == [19, 18, 17]
+
+
+def test_savers_refuse_the_wrong_store_before_any_io() -> None:
+    with pytest.raises(TypeError, match="berth.Store"):
+        BerthSaver(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="AsyncStore"):
+        AsyncBerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="prefix"):
+        BerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()), prefix="no-slash")
