@@ -437,6 +437,32 @@ def test_claim_refuses_tampered_and_leaves_it(store: berth.Store) -> None:
     assert [i.key for i in store.list()] == ["k"]
 
 
+def test_claim_of_state_it_cannot_decode_fails_before_the_commit(store: berth.Store) -> None:
+    # issue 12.2: the frame was removed, then the output failed: exit 1 and nobody had the run.
+    # (berth refuses such state at Envelope(...) now; a frame from an older berth can still hold it.)
+    env = berth.Envelope(provider_state={}, run_id="legacy")
+    object.__setattr__(env, "provider_state", b'{"a": "\xff"}')
+    store.save("k", env)
+    for args in (("claim", "k"), ("claim", "k", "--json")):
+        fails(1, *args, says=[*where("k"), "cannot decode", "left parked"])
+        assert [i.key for i in store.list()] == ["k"], "the run was not lost"
+
+
+def test_claim_of_a_run_expiring_during_the_claim_is_refused(
+    store: berth.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    park(store, "k", deadline=timedelta(seconds=30))
+    real_delete = berth.Store.delete
+
+    def slow_delete(self: berth.Store, key: str, token: berth.Token) -> None:
+        real_delete(self, key, token)
+        monkeypatch.setattr(berth.Store, "now", lambda self: datetime.now(timezone.utc) + timedelta(minutes=1))
+
+    monkeypatch.setattr(berth.Store, "delete", slow_delete)
+    fails(1, "claim", "k", "--json", says=[*where("k"), "deadline", "never resumed"])
+    assert list(store.list()) == []
+
+
 def test_claim_bad_key_is_exit_2(home: Path) -> None:
     fails(2, "claim", "/k", says=["invalid key '/k'", "identity 'pr-bot'"])
 

@@ -219,6 +219,24 @@ def test_an_answered_run_past_its_deadline_never_resumes(coordinator: berth.Coor
     assert parked(coordinator) is None and coordinator.questions.pending(KEY) is None
 
 
+def test_a_deadline_passing_during_a_slow_wake_never_resumes(
+    coordinator: berth.Coordinator, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 12.3: wake checked the deadline, then read the answer (slowly), then deleted
+    coordinator.suspend(KEY, make_envelope(deadline=clock.now + timedelta(seconds=1)))
+    answer(coordinator)
+    lookup = coordinator.questions.answer
+
+    def slow_answer(key: str) -> berth.Answer | None:
+        clock.advance(timedelta(seconds=2))  # a slow question store: the deadline passes meanwhile
+        return lookup(key)
+
+    monkeypatch.setattr(coordinator.questions, "answer", slow_answer)
+    wake = coordinator.wake(KEY)
+    assert wake.decision is FRESH and wake.envelope is None and wake.answer is None
+    assert parked(coordinator) is None, "removed, as a dead run is"
+
+
 def test_answered_at_the_deadline_still_resumes(coordinator: berth.Coordinator, clock: FakeClock) -> None:
     coordinator.suspend(KEY, make_envelope(deadline=clock.now + timedelta(hours=1)))
     clock.advance(timedelta(hours=1))

@@ -148,11 +148,51 @@ def test_check_resumable() -> None:
 
 
 def test_json_null_loop_state_is_no_loop_state() -> None:
-    # found by the long fuzz run: loop_state=inf encodes as null, which loaded back as None
-    for value in (b"null", b" null\n", float("inf"), float("nan")):
+    for value in (b"null", b" null\n", None):
         env = berth.Envelope(provider_state={}, loop_state=value)
         assert env.loop_state is None
         assert decode_envelope(encode_envelope(env, NOW)) == env.replace(created_at=NOW)
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_numbers_are_refused_not_turned_into_null(number: float) -> None:
+    # issue 12.9: both encoders wrote NaN and ±Infinity as null, so the state did not round-trip
+    for build in (
+        lambda: berth.Envelope(provider_state=number),
+        lambda: berth.Envelope(provider_state={"messages": [{"score": number}], "none": None}),
+        lambda: berth.Envelope(provider_state={}, loop_state=[1, None, (2, number)]),
+        lambda: berth.PendingCall("c", "n", {"x": [number], "y": None}),
+    ):
+        with pytest.raises(berth.InvalidEnvelope, match="NaN or Infinity"):
+            build()
+    assert berth.Envelope(provider_state={"a": None, "b": 1.5, "c": 1e308}).state() == {"a": None, "b": 1.5, "c": 1e308}
+
+
+def test_state_bytes_with_invalid_utf8_inside_a_string_are_refused() -> None:
+    # issue 12.2: accepted, parked and claimed, then envelope.state() raised: the run was lost
+    for raw in (b'{"a": "\xff"}', b'["ok", "\xc3\x28"]', b'{"\xed\xa0\x80": 1}'):
+        with pytest.raises(berth.InvalidEnvelope, match="UTF-8"):
+            berth.Envelope(provider_state=raw)
+        with pytest.raises(berth.InvalidEnvelope, match="UTF-8"):
+            berth.Envelope(provider_state={}, loop_state=raw)
+        with pytest.raises(berth.InvalidEnvelope, match="UTF-8"):
+            berth.PendingCall("c", "n", raw)
+    env = berth.Envelope(provider_state='{"é": "ü"}'.encode())
+    assert env.state() == {"é": "ü"}
+
+
+def test_state_nested_too_deeply_is_invalid_envelope_not_recursion_error() -> None:
+    # issue 12.6
+    deep_bytes = b"[" * 3000 + b"]" * 3000
+    deep_value: list[object] = []
+    cursor = deep_value
+    for _ in range(3000):
+        inner: list[object] = []
+        cursor.append(inner)
+        cursor = inner
+    for state in (deep_bytes, deep_value):
+        with pytest.raises(berth.InvalidEnvelope):
+            berth.Envelope(provider_state=state)
 
 
 def test_surrounding_whitespace_of_raw_state_is_dropped_once() -> None:

@@ -16,6 +16,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from berth._atomic import make_dirs, remove_stale_temps, write_atomic
 from berth._errors import IntegrityError
 
 __all__ = ["AesGcmSealer", "Keyring"]
@@ -148,20 +149,15 @@ class Keyring:
         return cls(keys, f.primary)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the keyring to `path` with mode 0600, atomically."""
+        """Write the keyring to `path` with mode 0600, atomically and durably (file and directory fsynced).
+
+        A missing directory is created 0700 (with its parents). A writer killed mid-save leaves
+        no keyring-bearing temporary file for long: the next save or load in that directory
+        removes it.
+        """
         path = Path(path)
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(self.to_json())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        make_dirs(path.parent)
+        write_atomic(path, self.to_json(), clean_once=False)  # a keyring's temp copy holds every key
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, allow_readable: bool = False) -> Keyring:
@@ -181,6 +177,7 @@ class Keyring:
             ValueError: the file is not a berth keyring.
             OSError: the file cannot be read.
         """
+        remove_stale_temps(Path(path).parent)  # a killed save's temporary copy of the keys
         with open(path, "rb") as f:
             mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
             if mode & 0o077 and not allow_readable:

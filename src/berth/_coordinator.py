@@ -317,6 +317,10 @@ class Coordinator:
         except BerthError as exc:
             return self._rearm(key, "claim failed", exc)
         yield from self._consume(key, answer.question_id)
+        if envelope.deadline is not None and self._clock() > envelope.deadline:
+            # The deadline passed between the check and the commit (a slow answer lookup, say):
+            # the run is removed and never resumed, as a dead one is.
+            return Wake(WakeDecision.FRESH, reason="expired while being claimed")
         return Wake(WakeDecision.RESUME, envelope, answer, reason="claimed")
 
     def _dead(self, envelope: Envelope) -> str | None:

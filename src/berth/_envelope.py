@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -43,25 +44,55 @@ def _raw_json(value: Any, what: str) -> bytes:
     of the envelope could carry. Values are encoded with orjson (the fastest here,
     hot and cold); what it refuses but JSON can hold (integer dict keys, integers
     beyond 64 bits, sets, nesting past 254 levels) is encoded by msgspec instead.
-    Non-finite floats have no JSON form: both encode them as null.
+    Non-finite floats (NaN, ±Infinity) have no JSON form (both encoders would write
+    null, so the state would not round-trip): they are refused. Bytes must be UTF-8
+    throughout, inside strings too, or the state could be parked and then never
+    decoded by its resumer.
     """
     if isinstance(value, (bytes, bytearray, memoryview, msgspec.Raw)):
         data = bytes(value).strip(_JSON_SPACE)
         try:
             msgspec.json.decode(data, type=msgspec.Raw)
-        except msgspec.DecodeError as exc:
-            raise InvalidEnvelope(f"{what} is not valid JSON: {exc}") from None
+            if not data.isascii():
+                data.decode("utf-8")  # msgspec does not check the bytes inside strings
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise InvalidEnvelope(f"{what} is not valid JSON: {_short(exc)}") from None
+        except UnicodeDecodeError as exc:
+            raise InvalidEnvelope(f"{what} is not valid JSON: invalid UTF-8 at byte {exc.start}") from None
         return data
     try:
-        return orjson.dumps(value)
+        data = orjson.dumps(value)
     except TypeError:
-        pass
-    try:
-        return _encoder.encode(value)
-    except (TypeError, msgspec.EncodeError, RecursionError) as exc:
-        raise InvalidEnvelope(f"{what} cannot be encoded as JSON: {exc}") from None
-    except UnicodeEncodeError:  # a lone surrogate: not UTF-8, so not JSON
-        raise InvalidEnvelope(f"{what} cannot be encoded as JSON: a string holds a lone surrogate") from None
+        try:
+            data = _encoder.encode(value)
+        except (TypeError, msgspec.EncodeError, RecursionError) as exc:
+            raise InvalidEnvelope(f"{what} cannot be encoded as JSON: {_short(exc)}") from None
+        except UnicodeEncodeError:  # a lone surrogate: not UTF-8, so not JSON
+            raise InvalidEnvelope(f"{what} cannot be encoded as JSON: a string holds a lone surrogate") from None
+    except RecursionError:
+        raise InvalidEnvelope(f"{what} cannot be encoded as JSON: nested too deeply") from None
+    if b"null" in data and _has_non_finite(value):  # both encoders write NaN and ±Infinity as null
+        raise InvalidEnvelope(f"{what} holds NaN or Infinity, which JSON cannot carry (it would come back as null)")
+    return data
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+
+
+def _has_non_finite(value: Any) -> bool:
+    """Whether a float NaN or ±Infinity is anywhere in `value` (iterative: no recursion limit)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+    return False
 
 
 def _aware(value: object, what: str) -> datetime | None:

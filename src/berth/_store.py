@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
+import stat
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, NoReturn
 
 import msgspec
 
+from berth._atomic import make_dirs, write_atomic
 from berth._envelope import ENVELOPE_VERSION, STATE_MEMBER, Envelope, decode_body, decode_envelope, encode_body
 from berth._errors import (
     BackendError,
@@ -84,6 +85,13 @@ class Listing:
     labels: Mapping[str, str]
     sealed_by: str
     token: Token
+    error: str | None = None
+    """None for a readable frame; else why its header cannot be read (the other fields are then
+    best-effort: empty strings, no deadline, the epoch as `created_at`). Such a frame is listed,
+    never hidden, counted by `berth verify`, and left in place by `sweep`."""
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class ResealReport(int):
@@ -102,7 +110,15 @@ class ResealReport(int):
         return f"ResealReport(moved={self.moved}, skipped={self.skipped}, failed={self.failed})"
 
 
-def _listing(key: str, header: Header, token: Token, size: int) -> Listing:
+class Unreadable(NamedTuple):
+    """In place of a header when enumerating: why this entry's header cannot be read."""
+
+    error: str
+
+
+def _listing(key: str, header: Header | Unreadable, token: Token, size: int) -> Listing:
+    if isinstance(header, Unreadable):
+        return Listing(key, "", _EPOCH, None, size, MappingProxyType({}), "", token, header.error)
     return Listing(
         key,
         header.run_id,
@@ -113,6 +129,10 @@ def _listing(key: str, header: Header, token: Token, size: int) -> Listing:
         header.sealed_by,
         token,
     )
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def _utcnow() -> datetime:
@@ -208,9 +228,14 @@ class Store:
         for attr in ("seal", "open", "can_open", "name", "key_id"):
             if not hasattr(sealer, attr):
                 raise TypeError(f"sealer {sealer!r} has no {attr!r}: it is not a berth sealer")
-        self.sealer = sealer
+        # Fixed at open, like the plaintext policy below: a guarantee that could be switched off
+        # after the fact (`store.accept_plaintext = True`) would be no guarantee.
+        self._sealer = sealer
+        self._plaintext = isinstance(sealer, PlaintextSealer)
+        self._seal_parts = getattr(sealer, "_seal_parts", None)  # fast paths a sealer may offer
+        self._open_split = getattr(sealer, "_open_split", None)
+        self._accept_plaintext = bool(accept_plaintext)
         self.backend = backend
-        self.accept_plaintext = accept_plaintext
         if not isinstance(max_envelope_bytes, int) or max_envelope_bytes <= 0:
             raise ValueError("max_envelope_bytes must be a positive int")
         self.max_envelope_bytes = max_envelope_bytes
@@ -219,15 +244,13 @@ class Store:
 
     @property
     def sealer(self) -> Sealer:
-        """What seals new frames and opens parked ones."""
+        """What seals new frames and opens parked ones; fixed at open (read-only)."""
         return self._sealer
 
-    @sealer.setter
-    def sealer(self, sealer: Sealer) -> None:
-        self._sealer = sealer
-        self._plaintext = isinstance(sealer, PlaintextSealer)
-        self._seal_parts = getattr(sealer, "_seal_parts", None)  # fast paths a sealer may offer
-        self._open_split = getattr(sealer, "_open_split", None)
+    @property
+    def accept_plaintext(self) -> bool:
+        """Whether this sealed store reads legacy plaintext frames (to `reseal` them); fixed at open."""
+        return self._accept_plaintext
 
     def __repr__(self) -> str:
         return f"Store({type(self.backend).__name__}, identity={self.identity!r}, sealer={self.sealer!r})"
@@ -281,7 +304,7 @@ class Store:
 
     def _sealer_for(self, header: Header, key: str) -> Sealer:
         if header.sealer == PlaintextSealer.name:
-            if self._plaintext or self.accept_plaintext:
+            if self._plaintext or self._accept_plaintext:
                 return self.sealer if self._plaintext else PlaintextSealer()
             raise IntegrityError(
                 f"plaintext frame at {where(self.identity, key)} refused by a sealed store (no silent downgrade); "
@@ -415,7 +438,15 @@ class Store:
             size,
             len(state),
         )
-        head = encode_header(header)
+        try:
+            head = encode_header(header)
+        except ValueError:
+            raise InvalidEnvelope(
+                f"envelope for {where(self.identity, key)} needs a cleartext frame header over 64 KiB: "
+                "its run_id, labels and key are too long",
+                identity=self.identity,
+                key=key,
+            ) from None
         aad = build_aad(head, self.identity, key)
         parts = (prefix, state, b"}")
         # A sealer that can write the head first and take the body in parts builds the
@@ -634,12 +665,29 @@ class Store:
             yield call("store", "delete", key, parked.token)
         except TokenMismatch:
             return None
+        deadline = parked.envelope.deadline
+        if deadline is not None and self._clock() > deadline:
+            # The deadline passed between the check and the commit: removed, never handed out.
+            raise Expired(
+                f"envelope at {where(self.identity, key)} passed its deadline {deadline.isoformat()} "
+                "while it was being claimed: removed, never resumed",
+                identity=self.identity,
+                key=key,
+                deadline=deadline,
+                token=parked.token,
+            )
         envelope: Envelope = parked.envelope
         return envelope
 
     def _heads(
         self, prefix: str, *, ordered: bool = False, limit: int | None = None, reverse: bool = False
-    ) -> Iterator[tuple[str, Header | None, Token, int]]:
+    ) -> Iterator[tuple[str, Header | Unreadable, Token, int]]:
+        """(key, header, token, size) of every frame under `prefix`, one at a time.
+
+        One bad entry never stops the walk: a frame whose header cannot be read (or a value
+        that is not a frame at all) comes out with an `Unreadable` saying why in place of its
+        header. Only a failure of the backend itself (`BackendError`) ends it.
+        """
         full_prefix = self._prefix + prefix
         rows: Iterator[tuple[str, Any, Token, int]]
         if ordered:
@@ -650,34 +698,67 @@ class Store:
             rows = self._heads_by_get(full_prefix)
         for name, head, token, size in rows:
             if self._needs_full(head):
-                found = self.backend.get(name)
+                # A header longer than the first read: read just the header, never the frame.
+                need = header_size(head)
+                assert need is not None
+                found = self._read_head(name, need)
                 if found is None:
                     continue
-                head, token = found[0], found[1]
+                head, token = found
             yield self._peeked(name, head, token, size)
 
     _head_read = _HEAD_READ
     _delete_batch = _DELETE_BATCH
 
     @staticmethod
-    def _needs_full(head: bytes) -> bool:
+    def _needs_full(head: Any) -> bool:
         """Whether `head` (a frame's first bytes) is cut short of the frame's whole header."""
+        if not isinstance(head, (bytes, memoryview)):
+            return False
         need = header_size(head)
         return need is not None and need > len(head)
 
-    def _peeked(self, name: str, head: bytes, token: Token, size: int) -> tuple[str, Header | None, Token, int]:
-        """(key, header or None when unreadable, token, size) of the frame named `name`."""
+    def _peeked(self, name: str, head: Any, token: Token, size: int) -> tuple[str, Header | Unreadable, Token, int]:
+        """(key, header or `Unreadable` saying why, token, size) of the frame named `name`.
+
+        `head` may be the error a backend met reading this one entry.
+        """
         key = name[len(self._prefix) :]
+        if isinstance(head, BerthError):  # the backend could not read this entry
+            return key, Unreadable(_why(head)), token, size
         try:
             header, _ = peek_header(head, self.identity, key)
+            if header.identity != self.identity or header.key != key:
+                raise IntegrityError(
+                    f"frame at {where(self.identity, key)} was written for identity {header.identity!r}, "
+                    f"key {header.key!r}: moved or swapped",
+                    identity=self.identity,
+                    key=key,
+                )
         except (FormatError, IntegrityError) as exc:
-            log.warning("berth: skipping unreadable frame: %s", exc)
-            return key, None, token, size
+            log.warning("berth: unreadable frame: %s", exc)
+            return key, Unreadable(_why(exc)), token, size
+        except (TypeError, ValueError) as exc:  # a value of another type where bytes belong
+            log.warning("berth: unreadable frame at %s: %s", where(self.identity, key), type(exc).__name__)
+            return key, Unreadable(f"not a berth frame ({type(exc).__name__})"), token, size
         return key, header, token, size
 
-    def _heads_by_get(self, full_prefix: str) -> Iterator[tuple[str, bytes, Token, int]]:
+    def _read_head(self, name: str, size: int) -> tuple[bytes, Token] | None:
+        """The first `size` bytes of one frame, by the backend's ranged read if it has one."""
+        head = getattr(self.backend, "head", None)
+        if head is not None:
+            found: tuple[bytes, Token] | None = head(name, size)
+            return found
+        found = self.backend.get(name)
+        return None if found is None else (found[0][:size], found[1])
+
+    def _heads_by_get(self, full_prefix: str) -> Iterator[tuple[str, Any, Token, int]]:
         for name in self.backend.scan(full_prefix):
-            found = self.backend.get(name)
+            try:
+                found = self.backend.get(name)
+            except (FormatError, IntegrityError) as exc:
+                yield name, exc, Token.ZERO, 0
+                continue
             if found is not None:
                 yield name, found[0], found[1], len(found[0])
 
@@ -686,9 +767,11 @@ class Store:
 
         Keys come in bytewise UTF-8 order (`reverse`: descending), so the latest of keys
         that sort by time -- a thread's checkpoints, say -- is `list(prefix, limit=1,
-        reverse=True)`: one bounded query on SQLite and PostgreSQL. Frames that are not
-        readable berth frames are skipped (and logged); `berth verify` reports them, and
-        they do not count toward `limit`. The cost per backend is in docs/store.md.
+        reverse=True)`: one bounded query on SQLite and PostgreSQL. In bounded memory however
+        many frames are parked. A frame whose header cannot be read is listed too, with `error`
+        set (never skipped: something that looks for the latest must not serve an older state
+        as the latest; it counts toward `limit`); one bad entry never stops the listing. The
+        cost per backend is in docs/store.md.
 
         Args:
             prefix: only keys starting with it ("" for all); "a/" lists a's children.
@@ -710,8 +793,6 @@ class Store:
     def _listings(self, prefix: str, limit: int | None, reverse: bool) -> Iterator[Listing]:
         with self._backend_call(prefix or "*", "list"):
             for key, header, token, size in self._heads(prefix, ordered=True, limit=limit, reverse=reverse):
-                if header is None:
-                    continue
                 yield _listing(key, header, token, size)
 
     def _check_prefix(self, prefix: str) -> None:
@@ -739,6 +820,8 @@ class Store:
         batch: list[tuple[str, Token]] = []
         with self._backend_call(prefix or "*", "delete_prefix"):
             for key, _header, token, _ in self._heads(prefix):
+                if token.is_zero:  # a value the backend could not read as one of its records
+                    continue
                 batch.append((self._prefix + key, token))
                 if len(batch) >= _DELETE_BATCH:
                     removed += sum(delete_many(self.backend, batch))
@@ -747,23 +830,37 @@ class Store:
                 removed += sum(delete_many(self.backend, batch))
         return removed
 
-    def sweep(self, now: datetime | None = None) -> int:
+    def sweep(self, now: datetime | None = None, *, on_removed: Callable[[Listing], None] | None = None) -> int:
         """Delete every envelope past its deadline, each only if unchanged since read.
 
-        An envelope re-saved during the sweep survives. Needs no keys.
+        Streams: memory stays bounded however many frames are parked or expired. An
+        envelope re-saved during the sweep survives; a frame whose header cannot be read
+        is left in place (`list` shows it). Needs no keys.
+
+        Args:
+            now: the instant to compare deadlines with (default: the store's clock).
+            on_removed: called with each removed envelope's listing, right after its delete.
 
         Returns:
             How many envelopes were deleted.
+
+        Raises:
+            InvalidEnvelope: `now` is a naive datetime.
+            BackendError: the backend failed (what was deleted before stays deleted).
         """
         now = self._sweep_now(now)
         removed = 0
         with self._backend_call("*", "sweep"):
-            for key, _header, token, _ in list(self._expired_heads(now)):
+            for key, header, token, size in self._heads(""):
+                if not self._is_expired(header, now):
+                    continue
                 try:
                     self.backend.delete(self._prefix + key, token)
                 except TokenMismatch:
                     continue
                 removed += 1
+                if on_removed is not None:
+                    on_removed(_listing(key, header, token, size))
         return removed
 
     def _sweep_now(self, now: datetime | None) -> datetime:
@@ -773,13 +870,9 @@ class Store:
         return now
 
     @staticmethod
-    def _is_expired(header: Header | None, now: datetime) -> bool:
-        return header is not None and header.deadline is not None and now > header.deadline
-
-    def _expired_heads(self, now: datetime) -> Iterator[tuple[str, Header | None, Token, int]]:
-        for key, header, token, size in self._heads(""):
-            if self._is_expired(header, now):
-                yield key, header, token, size
+    def _is_expired(header: Header | Unreadable, now: datetime) -> bool:
+        """Past its deadline; an unreadable frame never is (a sweep leaves it in place)."""
+        return isinstance(header, Header) and header.deadline is not None and now > header.deadline
 
     def reseal(self) -> ResealReport:
         """Re-seal every envelope not sealed by the sealer's current key.
@@ -833,9 +926,9 @@ class _ResealTally:
         self.current = current
         self.moved = self.skipped = self.failed = 0
 
-    def wants(self, key: str, header: Header | None) -> bool:
+    def wants(self, key: str, header: Header | Unreadable) -> bool:
         """Whether the frame under `key` needs resealing (an unreadable one counts as failed)."""
-        if header is None:
+        if not isinstance(header, Header):
             self.failed += 1
             return False
         return header.sealed_by != self.current
@@ -911,7 +1004,7 @@ def _checkpoint_store(path: Path, sealer: Sealer | None) -> tuple[Store, str]:
 
 
 def save_checkpoint(path: str | os.PathLike[str], envelope: Envelope, *, sealer: Sealer | None = None) -> None:
-    """Write one sealed frame to `path` (0600, atomic, fsynced); bound to the file's name.
+    """Write one sealed frame to `path` (0600, atomic, fsynced, missing directories 0700); bound to the file's name.
 
     Raises:
         InvalidEnvelope, EnvelopeTooLarge: as `Store.save`.
@@ -920,25 +1013,10 @@ def save_checkpoint(path: str | os.PathLike[str], envelope: Envelope, *, sealer:
     path = Path(path)
     store, key = _checkpoint_store(path, sealer)
     frame = store._build(key, envelope)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(6)}")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            with os.fdopen(fd, "wb", closefd=False) as f:
-                f.write(frame)
-                f.flush()
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        make_dirs(path.parent)
+        write_atomic(path, frame)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise BackendError(f"cannot write checkpoint {str(path)!r}: {exc.strerror or exc}") from exc
 
 
@@ -954,7 +1032,11 @@ def load_checkpoint(
     """
     path = Path(path)
     store, key = _checkpoint_store(path, sealer)
-    with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as f:
+    with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW | os.O_NONBLOCK)) as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # a FIFO would block the read forever
+            raise IntegrityError(
+                f"checkpoint {str(path)!r} is not a regular file", identity=_CHECKPOINT_IDENTITY, key=key
+            )
         data = f.read()
     store.backend.put(store._prefix + key, data)
     parked = store.load(key, allow_expired=allow_expired)

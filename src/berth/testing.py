@@ -988,7 +988,95 @@ class StoreContract:
             with pytest.raises(FormatError) as info:
                 store.load("k")
             assert isinstance(info.value, BerthError)
-        assert [i.key for i in store.list()] == []
+        # Listed, flagged, never hidden: an enumerator must not take an older frame for the latest.
+        (item,) = store.list()
+        assert item.key == "k" and item.error
+
+    # --- integrity at the seams (issue 12) ----------------------------------------------
+
+    def test_one_bad_value_never_stops_list_sweep_or_reseal(self, store: Store, clock: FakeClock) -> None:
+        store.save("a", make_envelope("ra", deadline=clock.now - timedelta(seconds=1)))
+        self._plant(store, "b", b"not a frame, something else's value")
+        frame = bytearray(self._raw(store, "a"))
+        frame[PREFIX_SIZE + 2] ^= 0xFF  # inside the header JSON: a header that cannot be read
+        self._plant(store, "c", bytes(frame))
+        store.save("d", make_envelope("rd", deadline=clock.now - timedelta(seconds=1)))
+        items = {i.key: i for i in store.list()}
+        assert set(items) == {"a", "b", "c", "d"}
+        assert items["a"].error is None and items["d"].error is None
+        assert items["b"].error and items["c"].error and items["b"].run_id == "" and items["b"].deadline is None
+        removed: list[str] = []
+        assert store.sweep(on_removed=lambda item: removed.append(item.key)) == 2
+        assert sorted(removed) == ["a", "d"]
+        assert {i.key for i in store.list()} == {"b", "c"}, "unreadable frames are left in place"
+        store.save("e", make_envelope("re"))
+        report = store.reseal()
+        assert (int(report), report.failed) == (0, 2)
+        assert store.load("e") is not None
+
+    def test_sweep_streams_deleting_as_it_reads(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend], clock: FakeClock
+    ) -> None:
+        events: list[str] = []
+        recorder = _EventBackend(backend_opener(), events)
+        store = make_store(backend=recorder)
+        for i in range(40):
+            store.save(f"s/{i:02d}", make_envelope(f"r{i}", deadline=clock.now - timedelta(seconds=1)))
+        events.clear()
+        assert store.sweep() == 40
+        first_delete = events.index("delete")
+        assert "read" in events[first_delete:], "sweep read every header before deleting (memory grows with work)"
+
+    def test_a_long_header_is_listed_without_reading_the_frame(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend], clock: FakeClock
+    ) -> None:
+        labels = {f"label-{i:02d}": "v" * 40 for i in range(24)}  # a header over 1 KiB
+        big = make_envelope(labels=labels, provider_state={"blob": "x" * 200_000})
+        events: list[str] = []
+        recorder = _EventBackend(backend_opener(), events)
+        store = make_store(backend=recorder)
+        store.save("big", big)
+        events.clear()
+        (item,) = store.list()
+        assert item.error is None and dict(item.labels) == labels and item.size > 200_000
+        if hasattr(recorder.inner, "heads"):
+            assert "get" not in events, "listing a long header read the whole frame"
+
+    def test_deadline_passing_during_the_claim_is_never_handed_out(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend], clock: FakeClock
+    ) -> None:
+        def slow_delete(_name: str) -> None:
+            clock.advance(timedelta(seconds=2))  # the deadline passes between the check and the commit
+
+        store = make_store(backend=RecordingBackend(backend_opener(), before_delete=slow_delete))
+        store.save("k", make_envelope(deadline=clock.now + timedelta(seconds=1)))
+        with pytest.raises(Expired) as info:
+            store.claim("k")
+        assert info.value.key == "k"
+        assert store.load("k", allow_expired=True) is None, "removed, as an expired claim is"
+
+    def test_a_header_too_large_is_refused_before_io(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend]
+    ) -> None:
+        recorder = RecordingBackend(backend_opener())
+        store = make_store(backend=recorder)
+        control = "".join(chr(c) for c in range(1, 32)) * 8
+        for env in (
+            make_envelope(run_id="r" * 70_000),
+            make_envelope(labels={f"{control}{i}"[:256]: control for i in range(64)}),
+        ):
+            with pytest.raises(InvalidEnvelope) as info:
+                store.save("k", env)
+            self._assert_clean(info.value, "k")
+        assert recorder.calls == []
+
+    def test_guarantees_are_fixed_at_open(self, make_store: Callable[..., Store]) -> None:
+        store = make_store()
+        with pytest.raises(AttributeError):
+            store.accept_plaintext = True  # type: ignore[misc]
+        with pytest.raises(AttributeError):
+            store.sealer = PlaintextSealer()  # type: ignore[misc]
+        assert store.accept_plaintext is False and not isinstance(store.sealer, PlaintextSealer)
 
 
 # --- the same cases through berth.aio ----------------------------------------------------------
@@ -1122,3 +1210,32 @@ class AsyncStoreContract(StoreContract):
         self, backend_opener: Callable[[], Backend], request: pytest.FixtureRequest
     ) -> tuple[Callable[[], Any], Callable[..., None]]:
         return request.getfixturevalue("async_backend_opener"), _aclaim_worker
+
+
+class _EventBackend(RecordingBackend):
+    """Records "read" for every frame a listing yields and "get"/"delete" for those calls, in order."""
+
+    def __init__(self, inner: Backend, events: list[str]):
+        super().__init__(inner)
+        self.events = events
+
+    def get(self, name: str) -> tuple[bytes, Token] | None:
+        self.events.append("get")
+        return self.inner.get(name)
+
+    def delete(self, name: str, token: Token) -> None:
+        self.events.append("delete")
+        self.inner.delete(name, token)
+
+    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, Any, Token, int]]:
+        for row in super().heads(prefix, size):
+            self.events.append("read")
+            yield row
+
+    def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
+        head = getattr(self.inner, "head", None)
+        if head is None:
+            return self.get(name)
+        self.events.append("head")
+        found: tuple[bytes, Token] | None = head(name, size)
+        return found

@@ -325,7 +325,8 @@ def test_heads_read_only_the_header(open_backend, redis_url) -> None:
     assert read < 16 * 1024, f"listing the head of a 1 MiB frame read {read} bytes from the server"
 
 
-def test_foreign_value_under_a_frame_key_is_a_backend_error(open_backend, redis_url, fresh_prefix) -> None:
+def test_foreign_value_under_a_frame_key_is_a_format_error(open_backend, redis_url, fresh_prefix) -> None:
+    # Not an outage (BackendError, which a host retries forever): a value that is not a frame.
     backend = open_backend()
     admin = _admin(redis_url)
     try:
@@ -333,11 +334,11 @@ def test_foreign_value_under_a_frame_key_is_a_backend_error(open_backend, redis_
         admin.hset(f"{fresh_prefix}frame:i/h", "a", "b")
     finally:
         admin.close()
-    with pytest.raises(berth.BackendError):
+    with pytest.raises(berth.FormatError):
         backend.get("i/k")
-    with pytest.raises(berth.BackendError):
+    with pytest.raises(berth.FormatError):
         backend.get("i/h")
-    with pytest.raises(berth.BackendError):
+    with pytest.raises(berth.FormatError):
         backend.put("i/h", b"v", if_match=berth.Token(1))
 
 
@@ -508,7 +509,7 @@ def test_reads_are_retried_after_connection_errors(open_backend, no_pauses) -> N
 
 def test_other_read_errors_are_not_retried(open_backend, no_pauses) -> None:
     backend = open_backend()
-    flaky = _Flaky(backend._command, redis.exceptions.ResponseError("WRONGTYPE"), fails=1)
+    flaky = _Flaky(backend._command, redis.exceptions.ResponseError("ERR max number of clients reached"), fails=1)
     backend._command = flaky
     with pytest.raises(berth.BackendError, match="could not load 'i/k': ResponseError"):
         backend.get("i/k")
@@ -621,3 +622,26 @@ def test_a_server_that_is_not_there_is_a_backend_error() -> None:
                 call()
     finally:
         backend.close()
+
+
+def test_a_foreign_value_under_the_prefix_never_stops_list_sweep_or_reseal(
+    open_backend: Callable[..., RedisBackend], redis_url: str, fresh_prefix: str
+) -> None:
+    # issue 12.4: one value that is not a frame made list, sweep and reseal raise for everything
+    from datetime import datetime, timezone
+
+    store = berth.Store(open_backend(), identity="id", sealer=berth.PlaintextSealer())
+    store.save("old", make_envelope(deadline=datetime(2000, 1, 1, tzinfo=timezone.utc)))
+    store.save("live", make_envelope())
+    admin = _admin(redis_url)
+    admin.hset(f"{fresh_prefix}frame:id/hash", "field", "value")  # a value of another type
+    admin.set(f"{fresh_prefix}frame:id/plain", b"no generation here")  # a string that is no frame
+    admin.close()
+    items = {i.key: i.error for i in store.list()}
+    assert items["live"] is None and items["old"] is None and items["hash"] and items["plain"]
+    assert store.sweep() == 1
+    assert store.reseal().failed == 2
+    for key in ("hash", "plain"):
+        with pytest.raises(berth.FormatError, match=repr(f"id/{key}")):
+            store.load(key)
+    assert {i.key for i in store.list()} == {"live", "hash", "plain"}

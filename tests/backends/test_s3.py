@@ -373,3 +373,25 @@ def test_stopping_the_server_mid_loop_is_a_backend_error_never_a_false_success()
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_foreign_object_under_the_prefix_never_stops_list_sweep_or_reseal(
+    moto_url: str, bucket: str, raw: Any
+) -> None:
+    # issue 12.4: one object that is not a frame made list, sweep and reseal raise for everything
+    from datetime import datetime, timezone
+
+    store = berth.Store(
+        S3Backend.from_url(f"s3://{bucket}/p", endpoint_url=moto_url), identity="id", sealer=berth.PlaintextSealer()
+    )
+    store.save("old", make_envelope(deadline=datetime(2000, 1, 1, tzinfo=timezone.utc)))
+    store.save("live", make_envelope())
+    raw.put_object(Bucket=bucket, Key="p/id/foreign", Body=b"x" * 40, Metadata={"berth-pad": "not a number"})
+    raw.put_object(Bucket=bucket, Key="p/id/garbage", Body=b"something else's object")
+    items = {i.key: i.error for i in store.list()}
+    assert items["live"] is None and items["old"] is None and items["foreign"] and items["garbage"]
+    assert store.sweep() == 1
+    assert store.reseal().failed == 2
+    with pytest.raises(berth.FormatError):
+        store.load("foreign")
+    assert {i.key for i in store.list()} == {"live", "foreign", "garbage"}

@@ -4,6 +4,7 @@ import functools
 import os
 import stat
 import tracemalloc
+from datetime import datetime, timezone
 
 import pytest
 
@@ -87,3 +88,62 @@ def test_no_read_transaction_stays_open_between_calls(tmp_path) -> None:
     held.close()
     other.close()
     backend.close()
+
+
+# --- issue 12: values of another type, deleted bytes, parents under umask 0 -----------------
+
+
+@pytest.mark.parametrize("value", ["a text value", 12345], ids=["TEXT", "INTEGER"])
+def test_a_row_of_another_type_is_a_format_error_everywhere(tmp_path, value) -> None:
+    import sqlite3
+
+    store = berth.open_store(f"sqlite:///{tmp_path}/b.db", identity="id", sealer=berth.PlaintextSealer())
+    store.save("good", make_envelope("good"))
+    store.save("bad", make_envelope("bad"))
+    with sqlite3.connect(tmp_path / "b.db") as db:
+        db.execute("UPDATE berth_frames SET data = ? WHERE name = 'id/bad'", (value,))
+    db.close()
+    for call in (lambda: store.load("bad"), lambda: store.claim("bad")):
+        with pytest.raises(berth.FormatError, match="'id/bad'"):
+            call()
+    items = {i.key: i.error for i in store.list()}
+    assert items["good"] is None and items["bad"]
+    assert store.sweep(now=datetime(2100, 1, 1, tzinfo=timezone.utc)) == 0
+    assert store.reseal().failed == 1
+    coordinator = berth.Coordinator(store, berth.open_questions(f"sqlite:///{tmp_path}/q.db", identity="id"))
+    wake = coordinator.wake("bad")
+    assert wake.decision is berth.WakeDecision.REARM and isinstance(wake.error, berth.FormatError)
+
+
+def test_deleted_frames_leave_no_bytes_behind(tmp_path, monkeypatch) -> None:
+    import sqlite3
+
+    connect = sqlite3.connect
+
+    def connect_without_secure_delete(*args, **kwargs):  # as SQLite builds without SQLITE_SECURE_DELETE open
+        conn = connect(*args, **kwargs)
+        conn.execute("PRAGMA secure_delete=OFF")
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", connect_without_secure_delete)
+    marker = "deleted-marker-7f3a"
+    store = berth.open_store(f"sqlite:///{tmp_path}/b.db", identity="id", sealer=berth.PlaintextSealer())
+    assert store.backend._conn().execute("PRAGMA secure_delete").fetchone()[0] == 1
+    for i in range(20):
+        store.save(f"k{i}", make_envelope(provider_state={"text": marker * 50}))
+    store.save("kept", make_envelope())
+    for i in range(20):
+        assert store.claim(f"k{i}") is not None
+    store.close()
+    for f in tmp_path.iterdir():
+        assert marker.encode() not in f.read_bytes(), f"{f.name} keeps a deleted frame's bytes"
+
+
+def test_missing_parents_are_created_0700_whatever_the_umask(tmp_path) -> None:
+    old = os.umask(0)
+    try:
+        berth.open_store(f"sqlite:///{tmp_path}/a/b/c/d.db", identity="x", sealer=berth.PlaintextSealer()).close()
+    finally:
+        os.umask(old)
+    for d in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "c"):
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d

@@ -203,3 +203,94 @@ def test_bad_key_ids_are_refused(bad: str) -> None:
 def test_good_key_ids_are_accepted_without_a_call(good: str) -> None:
     kms = AwsKms(good)
     assert kms.key_id == good and kms.holds(good) and kms._client is None
+
+
+# --- issue 12.1: a frame wrapped under another KMS key never opens ---------------------------
+
+
+class _ForgerKms:
+    """What an operator with storage write access and Encrypt on *another* key can build: a frame whose
+    header and sealed body name the victim's KEK, with the data key wrapped under the other key."""
+
+    def __init__(self, victim_kek: str, other: AwsKms):
+        self.key_id = victim_kek
+        self.other = other
+
+    def holds(self, key_id: str) -> bool:
+        return key_id == self.key_id
+
+    def wrap(self, data_key: bytes, *, context: Any) -> Wrapped:
+        real = self.other.wrap(data_key, context=context)
+        return Wrapped(self.key_id, real.version, real.ciphertext)
+
+    def unwrap(self, wrapped: Wrapped, *, context: Any) -> bytes:
+        raise AssertionError("not used")
+
+
+def _alias_arn(kms_admin: Any, alias: str) -> str:
+    key_arn = str(kms_admin.describe_key(KeyId=alias)["KeyMetadata"]["Arn"])
+    return key_arn.split(":key/")[0] + ":" + alias
+
+
+@pytest.mark.parametrize("form", ["alias", "alias ARN", "key id"])
+def test_a_frame_wrapped_under_another_key_is_refused(form: str, kms_admin: Any, aws_env: str) -> None:
+    victim = kms_admin.create_key(Description="victim KEK")["KeyMetadata"]
+    other = kms_admin.create_key(Description="another tenant's key")["KeyMetadata"]
+    alias = f"alias/berth-victim-{victim['KeyId'][:8]}"
+    kms_admin.create_alias(AliasName=alias, TargetKeyId=victim["KeyId"])
+    kek = {"alias": alias, "alias ARN": _alias_arn(kms_admin, alias), "key id": victim["KeyId"]}[form]
+    backend = MemoryBackend()
+    honest = _store(_kms(kek, aws_env), backend)
+    honest.save("run/real", make_envelope("real"))
+    forged = berth.Store(
+        backend, identity="tenant-a", sealer=berth.KmsSealer(_ForgerKms(kek, _kms(other["Arn"], aws_env)))
+    )
+    forged.save("run/forged", make_envelope("forged"))
+    assert next(i for i in forged.list() if i.key == "run/forged").sealed_by == f"kms:{kek}"
+    fresh = _store(_kms(kek, aws_env), backend)  # a host that never wrapped anything itself
+    calls = count_aws_calls(fresh.sealer.kms.client)  # type: ignore[attr-defined]
+    for store in (honest, fresh):
+        with pytest.raises(berth.IntegrityError, match="cannot be"):
+            store.load("run/forged")
+        with pytest.raises(berth.IntegrityError):
+            store.claim("run/forged")
+        parked = store.load("run/real")
+        assert parked is not None and parked.envelope.run_id == "real"
+    assert calls["Decrypt"] == 1, "only the real frame reached Decrypt"
+
+
+def test_decrypt_names_the_key_and_a_different_answer_is_refused(aws_key: str, aws_env: str) -> None:
+    kms = _kms(aws_key, aws_env)
+    wrapped = kms.wrap(b"k" * 32, context=CTX_A)
+    seen: list[dict[str, Any]] = []
+
+    def capture(params: dict[str, Any], **_: Any) -> None:
+        seen.append(dict(params))
+
+    kms.client.meta.events.register("provide-client-params.kms.Decrypt", capture)
+    assert kms.unwrap(wrapped, context=CTX_A) == b"k" * 32
+    assert seen and seen[-1]["KeyId"] == aws_key
+
+    def lie(parsed: dict[str, Any], **_: Any) -> None:
+        parsed["KeyId"] = aws_key[:-1] + ("0" if aws_key[-1] != "0" else "1")
+
+    kms.client.meta.events.register("after-call.kms.Decrypt", lie)
+    with pytest.raises(berth.IntegrityError, match="not the trusted"):
+        kms.unwrap(wrapped, context=CTX_A)
+
+
+def test_an_alias_moved_away_needs_its_old_key_in_previous_keys(kms_admin: Any, aws_env: str) -> None:
+    old = kms_admin.create_key()["KeyMetadata"]
+    new = kms_admin.create_key()["KeyMetadata"]
+    alias = f"alias/berth-moved-{old['KeyId'][:8]}"
+    kms_admin.create_alias(AliasName=alias, TargetKeyId=old["KeyId"])
+    backend = MemoryBackend()
+    _store(_kms(alias, aws_env), backend).save("k", make_envelope())
+    kms_admin.update_alias(AliasName=alias, TargetKeyId=new["KeyId"])
+    with pytest.raises(berth.IntegrityError, match="previous_keys"):
+        _store(_kms(alias, aws_env), backend).load("k")
+    kept = _kms(alias, aws_env, previous_keys=[old["Arn"]])
+    assert _store(kept, backend).load("k") is not None
+    assert pickle.loads(pickle.dumps(kept))._previous == (old["Arn"],)
+    with pytest.raises(ValueError, match="previous key"):
+        _kms(alias, aws_env, previous_keys=[alias])

@@ -10,6 +10,7 @@ from urllib.parse import quote
 import click
 
 import berth
+from berth._atomic import make_dirs
 from berth._cli._failures import bad_usage, warn, where
 from berth._config import keyring_readable_allowed
 from berth._redact import redact_text, redact_url
@@ -32,7 +33,7 @@ def default_url() -> str:
     import platformdirs
 
     directory = platformdirs.user_data_path("berth", appauthor=False)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_dirs(directory)  # with its parents (~/.local/share), 0700 whatever the umask
     return "sqlite://" + quote(str(directory / "berth.db"))
 
 

@@ -269,11 +269,35 @@ def claim_cmd(settings: Settings, key: str, out: str | None) -> None:
       berth claim 'org/repo#42' --json > resumed.json
     """
     store = settings.open(keys=True)
-    env = store.claim(key)
-    if env is None:
+    # store.claim, with everything that can fail done before the conditional delete (the commit
+    # point): once that succeeds the run is this caller's, and nothing after it may lose it.
+    try:
+        parked = store.load(key)
+    except berth.Expired as exc:
+        if exc.token is not None:
+            try:
+                store.delete(key, exc.token)  # removed, never handed out (as store.claim does)
+            except berth.TokenMismatch:
+                pass
+        raise
+    if parked is None:
         refuse(f"nothing to claim at {where(store.identity, key)}: nothing parked, or another claimer won")
+    env = parked.envelope
+    try:
+        doc = envelope_doc(key, env)  # decodes every raw JSON field: the output cannot fail later
+    except (ValueError, RecursionError) as exc:
+        refuse(
+            f"{where(store.identity, key)} holds state this berth cannot decode ({type(exc).__name__}): "
+            "left parked, nothing claimed"
+        )
+    try:
+        store.delete(key, parked.token)
+    except berth.TokenMismatch:
+        refuse(f"nothing to claim at {where(store.identity, key)}: another claimer won")
+    if env.deadline is not None and store.now() > env.deadline:
+        refuse(f"{where(store.identity, key)} passed its deadline while being claimed: removed, never resumed")
     if out:
-        emit_json(envelope_doc(key, env))
+        emit_json(doc)
         return
     click.echo(
         f"claimed {key!r} for {where(store.identity)}: this caller now owns run {terminal_safe(env.run_id)}", err=True

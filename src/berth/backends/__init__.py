@@ -27,7 +27,17 @@ class Backend(Protocol):
 
     `put` raises `TokenMismatch` when `if_match` or `if_absent` does not hold;
     `delete` raises it when `token` is not the current generation, also when
-    the name is gone. Every other failure is `BackendError`.
+    the name is gone. Every other failure is `BackendError`, except a value that
+    is not one of the backend's records (another program's value, a value of
+    another type, a changed record): `FormatError` or `IntegrityError`, which a
+    host does not retry.
+
+    Two optional methods make listing cheaper, and the store uses them when
+    present: `heads(prefix, size)` yields `(name, first size bytes, token,
+    full size)` per frame, with a `FormatError`/`IntegrityError` instance in
+    place of the bytes for an entry it cannot read (one bad entry never stops
+    a listing); `head(name, size)` returns `(first size bytes, token)` or None
+    (a header longer than the first read is read alone, not the whole frame).
     """
 
     def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:

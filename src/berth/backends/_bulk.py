@@ -16,7 +16,7 @@ import heapq
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from berth._errors import TokenMismatch
+from berth._errors import FormatError, IntegrityError, TokenMismatch
 from berth._token import Token
 
 __all__ = [
@@ -31,7 +31,10 @@ __all__ = [
 _T = TypeVar("_T", str, tuple[str, str], tuple[str, Any], tuple[str, bytes, Token, int])
 
 Head = tuple[str, bytes, Token, int]
-"""(name, the first bytes of the stored data, its token, the data's full size)."""
+"""(name, the first bytes of the stored data, its token, the data's full size).
+
+In place of the bytes, a backend may give the `FormatError`/`IntegrityError` that reading one
+entry raised: a listing yields it flagged and goes on."""
 
 
 def upper_bound(prefix: str) -> str | None:
@@ -61,7 +64,10 @@ def sorted_names(names: Iterable[_T], limit: int | None, reverse: bool) -> list[
 
 
 def _head_by_get(backend: Any, name: str, size: int) -> Head | None:
-    found = backend.get(name)
+    try:
+        found = backend.get(name)
+    except (FormatError, IntegrityError) as exc:  # one bad value never stops a listing: it is yielded
+        return name, exc, Token.ZERO, 0  # type: ignore[return-value]
     if found is None:
         return None
     data, token = found

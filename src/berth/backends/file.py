@@ -6,6 +6,13 @@ is spelled. Each file holds a small backend header (magic, generation, name)
 before the frame. Writes go to a temporary file that is fsynced, renamed over
 the old one, and the directory is fsynced; compare-and-swap holds a striped
 `flock` so it is safe across threads and processes.
+
+The directory is not trusted: an identity directory is opened without following
+symlinks and every file is read through that directory's descriptor, opened
+non-blocking and checked to be a regular file, so a planted symlink, FIFO or
+device is refused (`IntegrityError`) instead of followed or waited on. A file
+whose backend record (magic, generation, name) was changed or swapped is
+`FormatError` or `IntegrityError`, never `BackendError`, which a host retries.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from berth._errors import BackendError, BerthError, TokenMismatch
+from berth._atomic import is_temp, make_dirs, remove_stale_temps, write_atomic
+from berth._errors import BackendError, BerthError, FormatError, IntegrityError, TokenMismatch
 from berth._token import Token
 from berth.backends._bulk import Head, sorted_names
 
@@ -35,7 +43,9 @@ _MAGIC = b"BFB1"
 _HEAD = struct.Struct(">4sQH")  # magic, generation, name length
 _SAFE_DIR = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _STRIPES = 256
-_TMP = re.compile(r"\.tmp-(\d+)-[0-9a-f]+$")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NAME_MAX = 2048  # a berth name is at most 128 + 1 + 1024 bytes: a listing reads this much of the record
 
 
 def _oserror(exc: OSError, what: str, name: str) -> BackendError:
@@ -54,7 +64,10 @@ class FileBackend:
         self._locks = f"{self._root}/.locks"
         self._cleaned: set[str] = set()
         self._lock = threading.Lock()
-        self._mkdir(self.root)
+        try:
+            make_dirs(self.root)  # with its missing parents, 0700 whatever the umask
+        except OSError as exc:
+            raise _oserror(exc, "create directory", str(self.root)) from exc
         self._mkdir(self.root / ".locks")
 
     @classmethod
@@ -79,7 +92,7 @@ class FileBackend:
             return
         st = os.lstat(path)
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-            raise BackendError(f"file backend refuses {str(path)!r}: not a plain directory (a planted symlink?)")
+            raise IntegrityError(f"file backend refuses {str(path)!r}: not a plain directory (a planted symlink?)")
 
     def _dir_for(self, name: str) -> str:
         return _layout(self._root, name)[0]
@@ -98,13 +111,21 @@ class FileBackend:
     @staticmethod
     def _remove_stale_temps(directory: str) -> None:
         # A temp file whose writer died (SIGKILL, power loss) is garbage: remove it.
-        for entry in os.scandir(directory):
-            m = _TMP.match(entry.name)
-            if m and not _pid_alive(int(m.group(1))):
-                try:
-                    os.unlink(entry.path)
-                except FileNotFoundError:
-                    pass
+        remove_stale_temps(directory)
+
+    @staticmethod
+    def _open_dir(directory: str, name: str) -> int | None:
+        """A descriptor of `directory`, never through a symlink; None if it does not exist."""
+        try:
+            return os.open(directory, _DIR_FLAGS)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise IntegrityError(
+                    f"file backend refuses {name!r}: its directory is not a plain directory (a planted symlink?)"
+                ) from exc
+            raise _oserror(exc, "open the directory of", name) from exc
 
     def _locked(self, stripe: int) -> _Flock:
         return _Flock(f"{self._locks}/{stripe:02x}.lock")
@@ -112,18 +133,26 @@ class FileBackend:
     # --- reading -----------------------------------------------------------------------
 
     @staticmethod
-    def _read(path: str, name: str, *, limit: int | None = None) -> tuple[memoryview, int, int] | None:
-        """(data view, generation, data size) of the file at `path`, or None if absent."""
+    def _read(dfd: int, file: str, name: str | None, *, limit: int | None = None) -> tuple[memoryview, int, int, str]:
+        """(data view, generation, data size, name) of the file `file` in the directory `dfd`.
+
+        `name` is the berth name the file must hold (None when listing: any name). Raises
+        FileNotFoundError when it is absent.
+        """
+        what = name if name is not None else file
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(file, _READ_FLAGS, dir_fd=dfd)
         except FileNotFoundError:
-            return None
+            raise
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise BackendError(f"file backend refuses {name!r}: its file is a symlink") from exc
-            raise _oserror(exc, "open", name) from exc
+                raise IntegrityError(f"file backend refuses {what!r}: its file is a symlink") from exc
+            raise _oserror(exc, "open", what) from exc
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # a FIFO would block a read forever; a device is no frame
+                raise IntegrityError(f"file backend refuses {what!r}: its file is not a regular file")
+            size = st.st_size
             want = size if limit is None else min(size, limit)
             # os.read fills a fresh, uninitialised buffer: a zeroed bytearray would cost one more
             # pass over the whole frame (page faults and all) before the read even starts.
@@ -140,140 +169,186 @@ class FileBackend:
         finally:
             os.close(fd)
         if got < _HEAD.size:
-            raise BackendError(f"file backend found a truncated file for {name!r}")
+            raise FormatError(f"file backend found a truncated file for {what!r}")
         magic, gen, nlen = _HEAD.unpack_from(buf)
         start = _HEAD.size + nlen
-        if magic != _MAGIC or got < start or bytes(view[_HEAD.size : start]) != name.encode():
-            raise BackendError(f"file backend found a foreign file where {name!r} belongs")
-        return view[start:got], gen, size - start
+        if magic != _MAGIC or got < start:
+            raise FormatError(f"file backend found a file that is not one of its records for {what!r}")
+        stored = bytes(view[_HEAD.size : start])
+        if name is not None:
+            if stored != name.encode():
+                raise IntegrityError(f"file backend found the record of another name where {name!r} belongs: swapped")
+        else:
+            try:
+                name = stored.decode()
+            except UnicodeDecodeError:
+                raise FormatError(f"file backend found a record with a name that is not UTF-8 in {what!r}") from None
+        if gen == 0:
+            raise IntegrityError(f"file backend found generation 0 for {name!r}: changed")
+        return view[start:got], gen, size - start, name
 
-    def _generation(self, path: str, name: str) -> int | None:
-        found = self._read(path, name, limit=_HEAD.size + 4096)
-        return None if found is None else found[1]
+    def _generation(self, dfd: int, file: str, name: str) -> int | None:
+        try:
+            return self._read(dfd, file, name, limit=_HEAD.size + _NAME_MAX)[1]
+        except FileNotFoundError:
+            return None
 
     def get(self, name: str) -> tuple[bytes, Token] | None:
-        _, path, _ = self._paths(name)
-        found = self._read(path, name)
-        if found is None:
+        directory, path, _ = self._paths(name)
+        dfd = self._open_dir(directory, name)
+        if dfd is None:
             return None
-        view, gen, _ = found
+        try:
+            view, gen, _, _ = self._read(dfd, path[len(directory) + 1 :], name)
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(dfd)
         # bytes, as the seam promises (`b"x" in memoryview` is always False: a view would break callers'
         # checks silently); only frames of 1 MiB and more stay a view, where a copy costs a pass.
         data = bytes(view) if len(view) < 1 << 20 else view
         return data, Token(gen)  # type: ignore[return-value]
+
+    def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
+        """The first `size` bytes of the frame under `name` and its token (a listing's long header)."""
+        directory, path, _ = self._paths(name)
+        dfd = self._open_dir(directory, name)
+        if dfd is None:
+            return None
+        try:
+            view, gen, _, _ = self._read(dfd, path[len(directory) + 1 :], name, limit=_HEAD.size + _NAME_MAX + size)
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(dfd)
+        return bytes(view[:size]), Token(gen)
 
     # --- writing -----------------------------------------------------------------------
 
     def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
         directory, path, stripe = self._paths(name)
         self._ensure_dir(directory)
+        file = path[len(directory) + 1 :]
         gen = secrets.randbits(63) | 1  # never 0; random so a deleted-and-recreated key never reuses one
         name_b = name.encode()
         head = _HEAD.pack(_MAGIC, gen, len(name_b)) + name_b
         with self._locked(stripe):
-            if if_absent or if_match is not None:
-                current = self._generation(path, name)
-                if if_absent and current is not None:
-                    raise TokenMismatch(f"{name!r} already exists")
-                if if_match is not None and current != if_match.value:
-                    raise TokenMismatch(f"{name!r} changed since it was read")
-            tmp = f"{directory}/.tmp-{os.getpid()}-{secrets.token_hex(6)}"
+            dfd = self._open_dir(directory, name)
+            if dfd is None:
+                raise BackendError(f"file backend lost the directory of {name!r} (removed meanwhile)")
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                if if_absent or if_match is not None:
+                    current = self._generation(dfd, file, name)
+                    if if_absent and current is not None:
+                        raise TokenMismatch(f"{name!r} already exists")
+                    if if_match is not None and current != if_match.value:
+                        raise TokenMismatch(f"{name!r} changed since it was read")
                 try:
-                    os.fchmod(fd, 0o600)
-                    _write_all(fd, head)
-                    _write_all(fd, data)
-                    if self._fsync:
-                        os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, path)
-            except OSError as exc:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise _oserror(exc, "write", name) from exc
-            self._sync_dir(directory, name)
+                    write_atomic(file, (head, data), fsync=self._fsync, dir_fd=dfd)
+                except OSError as exc:
+                    raise _oserror(exc, "write", name) from exc
+            finally:
+                os.close(dfd)
         return Token(gen)
 
     def delete(self, name: str, token: Token) -> None:
         directory, path, stripe = self._paths(name)
+        file = path[len(directory) + 1 :]
         with self._locked(stripe):
-            current = self._generation(path, name)
-            if current is None or current != token.value:
+            dfd = self._open_dir(directory, name)
+            if dfd is None:
                 raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
             try:
-                os.unlink(path)
-            except OSError as exc:
-                raise _oserror(exc, "delete", name) from exc
-            self._sync_dir(directory, name)
-
-    def _sync_dir(self, directory: str, name: str) -> None:
-        if not self._fsync:
-            return
-        try:
-            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
+                current = self._generation(dfd, file, name)
+                if current is None or current != token.value:
+                    raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
+                try:
+                    os.unlink(file, dir_fd=dfd)
+                    if self._fsync:
+                        os.fsync(dfd)
+                except OSError as exc:
+                    raise _oserror(exc, "delete", name) from exc
             finally:
-                os.close(fd)
-        except OSError as exc:
-            raise _oserror(exc, "sync the directory of", name) from exc
+                os.close(dfd)
 
     # --- listing -----------------------------------------------------------------------
 
-    def _candidates(self, prefix: str) -> Iterator[os.DirEntry[str]]:
+    def _directories(self, prefix: str) -> list[str]:
         if "/" in prefix:
-            dirs = [self._dir_for(prefix)]
-        else:
-            dirs = [e.path for e in os.scandir(self._root) if e.is_dir(follow_symlinks=False) and e.name != ".locks"]
-        for d in dirs:
-            try:
-                entries = os.scandir(d)
-            except FileNotFoundError:
-                continue
-            with entries:
-                for entry in entries:
-                    if entry.name.endswith(".frame") and entry.is_file(follow_symlinks=False):
-                        yield entry
+            return [self._dir_for(prefix)]
+        with os.scandir(self._root) as entries:
+            return [e.path for e in entries if e.is_dir(follow_symlinks=False) and e.name != ".locks"]
 
-    def _name_of(self, entry: os.DirEntry[str]) -> str | None:
-        try:
-            with open(entry.path, "rb", opener=_nofollow) as f:
-                head = f.read(_HEAD.size + 4096)
-        except FileNotFoundError:
-            return None
-        if len(head) < _HEAD.size:
-            return None
-        magic, _, nlen = _HEAD.unpack_from(head)
-        if magic != _MAGIC:
-            return None
-        return head[_HEAD.size : _HEAD.size + nlen].decode("utf-8", "replace")
+    def _records(self, prefix: str, size: int) -> Iterator[tuple[str, Any, Token, int, str]]:
+        """(name, first `size` bytes of the data or the error reading it, token, data size, path) under `prefix`.
+
+        A file that cannot be read as a record is yielded with the error in place of its data
+        (its name is then the identity directory's and the file's: the record's own is unreadable),
+        so one bad file never stops a listing.
+        """
+        for directory in self._directories(prefix):
+            dfd = self._open_dir(directory, prefix)
+            if dfd is None:
+                continue
+            try:
+                with os.scandir(dfd) as entries:
+                    files = (e.name for e in entries if e.name.endswith(".frame") and not is_temp(e.name))
+                    for file in files:
+                        try:
+                            view, gen, full, name = self._read(dfd, file, None, limit=_HEAD.size + _NAME_MAX + size)
+                        except FileNotFoundError:
+                            continue  # removed since the directory was read
+                        except (FormatError, IntegrityError) as exc:
+                            name = f"{os.path.basename(directory)}/{file}"
+                            if name.startswith(prefix):
+                                yield name, exc, Token.ZERO, 0, f"{directory}/{file}"
+                            continue
+                        if not name.startswith(prefix):
+                            continue
+                        if _layout(self._root, name)[1] == f"{directory}/{file}":
+                            yield name, bytes(view[:size]), Token(gen), full, f"{directory}/{file}"
+                        else:  # a record copied to another file name: swapped
+                            swapped = IntegrityError(f"file backend found {name!r} under another file name")
+                            yield name, swapped, Token.ZERO, 0, f"{directory}/{file}"
+            finally:
+                os.close(dfd)
 
     def scan(self, prefix: str) -> Iterator[str]:
-        for entry in self._candidates(prefix):
-            name = self._name_of(entry)
-            if name is not None and name.startswith(prefix):
-                yield name
+        for name, _, _, _, _ in self._records(prefix, 0):
+            yield name
 
     def _named(self, prefix: str) -> Iterator[tuple[str, str]]:
-        for entry in self._candidates(prefix):
-            name = self._name_of(entry)
-            if name is not None and name.startswith(prefix):
-                yield name, entry.path
+        """(name, file path) of every record under `prefix` (a bad file: its fallback name and path)."""
+        for name, _, _, _, path in self._records(prefix, 0):
+            yield name, path
 
     def _heads_of(self, named: Iterable[tuple[str, str]], size: int) -> Iterator[Head]:
         for name, path in named:
-            found = self._read(path, name, limit=_HEAD.size + len(name.encode()) + size)
-            if found is not None:
-                view, gen, full = found
-                yield name, bytes(view), Token(gen), full
+            directory, file = os.path.split(path)
+            dfd = self._open_dir(directory, name)
+            if dfd is None:
+                continue
+            try:
+                view, gen, full, stored = self._read(dfd, file, None, limit=_HEAD.size + _NAME_MAX + size)
+            except FileNotFoundError:
+                continue  # removed since it was listed
+            except (FormatError, IntegrityError) as exc:
+                yield name, exc, Token.ZERO, 0  # type: ignore[misc]
+                continue
+            finally:
+                os.close(dfd)
+            if stored != name or _layout(self._root, name)[1] != path:  # a record copied to another file name
+                yield name, IntegrityError(f"file backend found {stored!r} where {name!r} was"), Token.ZERO, 0  # type: ignore[misc]
+                continue
+            yield name, bytes(view[:size]), Token(gen), full
 
     def heads(self, prefix: str, size: int) -> Iterator[Head]:
-        """(name, first `size` bytes, token, full size) of every frame under `prefix`."""
-        return self._heads_of(self._named(prefix), size)
+        """(name, first `size` bytes, token, full size) of every frame under `prefix`, one read each.
+
+        A file that is not a readable record comes with the error in place of its bytes.
+        """
+        for name, head, token, full, _ in self._records(prefix, size):
+            yield name, head, token, full
 
     def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
         """Heads under `prefix` in name order.
@@ -310,7 +385,7 @@ class _Flock:
         self.fd = -1
 
     def __enter__(self) -> None:
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX)
         except BaseException:
@@ -319,26 +394,3 @@ class _Flock:
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)  # closing releases the flock
-
-
-def _nofollow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

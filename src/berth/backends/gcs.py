@@ -297,6 +297,24 @@ class GcsBackend:
             raise BackendError(f"gcs get of {name!r} returned no generation")
         return data, Token(int(blob.generation))
 
+    def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
+        """The first `size` bytes of the frame under `name` and its generation (a listing's long header).
+
+        Raises:
+            BackendError: GCS failed.
+        """
+        blob = self._bucket.blob(self._names.object(name)[0])
+        with _mapped(name, "read"):
+            try:
+                data = blob.download_as_bytes(start=0, end=max(size, 1) - 1, retry=self._retry(), timeout=self._timeout)
+            except _FAILURES as exc:
+                if _is_not_found(exc) and _is_lost(exc):
+                    return None
+                raise
+        if not blob.generation:
+            raise BackendError(f"gcs read of {name!r} returned no generation")
+        return data[:size], Token(int(blob.generation))
+
     def delete(self, name: str, token: Token) -> None:
         """Remove `name` only if it is at generation `token`.
 

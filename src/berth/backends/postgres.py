@@ -390,6 +390,7 @@ class PostgresBackend:
                 "WHERE name = %s AND gen = %s RETURNING gen"
             ),
             "get": q("SELECT data, gen FROM {schema}.{table} WHERE name = %s"),
+            "head": q("SELECT substring(data FROM 1 FOR %s), gen FROM {schema}.{table} WHERE name = %s"),
             "delete": q("DELETE FROM {schema}.{table} WHERE name = %s AND gen = %s RETURNING gen"),
         }
         for kind, columns in cols.items():
@@ -630,6 +631,12 @@ class PostgresBackend:
     def _deleted_many(self, items: Sequence[tuple[str, Token]], rows: list[tuple[Any, ...]]) -> list[bool]:
         gone = {(name, int(gen)) for name, gen in rows}
         return [self._is_gen(token) and (name, int(token.value)) in gone for name, token in items]
+
+    def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
+        """The first `size` bytes of the frame under `name` and its token (a listing's long header)."""
+        self._ensure_ready()
+        row = self._run("list", name, "head", (size, name), binary=True)
+        return None if row is None else (bytes(row[0]), Token(int(row[1])))
 
     def close(self) -> None:
         """Close the idle connections; connections in use close when their call returns."""

@@ -39,7 +39,7 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from berth._errors import BackendError, BerthError, TokenMismatch
+from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
 from berth._token import Token
 from berth.backends._aio import AsyncBackend
 from berth.backends._bulk import Head, sorted_names
@@ -85,7 +85,12 @@ _HEADS = """
 local n = tonumber(ARGV[1]) + 19
 local out = {}
 for i, k in ipairs(KEYS) do
-  out[i] = {redis.call('GETRANGE', k, 0, n), redis.call('STRLEN', k)}
+  local head = redis.pcall('GETRANGE', k, 0, n)
+  if type(head) == 'table' then
+    out[i] = {'', -1}  -- not a string (WRONGTYPE): something else's value under berth's prefix
+  else
+    out[i] = {head, redis.call('STRLEN', k)}
+  end
 end
 return out
 """
@@ -96,6 +101,8 @@ class DurabilityWarning(UserWarning):
 
 
 def _failed(what: str, name: str, exc: redis.exceptions.RedisError) -> NoReturn:
+    if isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("WRONGTYPE"):
+        raise FormatError(f"redis value for {name!r} is not a berth frame (a value of another type)") from exc
     raise BackendError(f"redis backend could not {what} {name!r}: {type(exc).__name__}: {exc}") from exc
 
 
@@ -407,7 +414,7 @@ class RedisBackend:
     @staticmethod
     def _parse_gen(name: str, text: bytes) -> int:
         if len(text) != _GEN_DIGITS or not text.isdigit():
-            raise BackendError(f"redis value for {name!r} is not a berth frame (no generation)")
+            raise FormatError(f"redis value for {name!r} is not a berth frame (no generation)")
         return int(text)
 
     def _batches(self, prefix: str) -> Iterator[list[str]]:
@@ -471,10 +478,17 @@ class RedisBackend:
     def _head_rows(self, keys: list[str], rows: Any) -> Iterator[Head]:
         skip = len(self._frames)
         for key, (head, length) in zip(keys, rows, strict=True):
+            name = key[skip:]
+            if int(length) < 0:  # not a string (WRONGTYPE): something else's value under berth's prefix
+                yield name, FormatError(f"redis value for {name!r} is not a berth frame"), Token.ZERO, 0  # type: ignore[misc]
+                continue
             if not head:  # deleted since the SCAN
                 continue
-            name = key[skip:]
-            token = Token(self._parse_gen(name, head[:_GEN_DIGITS]))
+            try:
+                token = Token(self._parse_gen(name, head[:_GEN_DIGITS]))
+            except FormatError as exc:  # one bad value never stops a listing
+                yield name, exc, Token.ZERO, int(length)  # type: ignore[misc]
+                continue
             yield name, head[_GEN_DIGITS:], token, int(length) - _GEN_DIGITS
 
     def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
@@ -513,6 +527,14 @@ class RedisBackend:
             self._check_acked(first, results[-1])
         hits = iter(results)
         return [bool(next(hits)) if self._is_gen(token) else False for _, token in items]
+
+    def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
+        """The first `size` bytes of the frame under `name` and its token (a listing's long header)."""
+        key = self._frames + name
+        raw = self._read(functools.partial(self._command, "GETRANGE", key, 0, size + _GEN_DIGITS - 1), "list", name)
+        if not raw:
+            return None
+        return raw[_GEN_DIGITS:], Token(self._parse_gen(name, raw[:_GEN_DIGITS]))
 
     def close(self) -> None:
         """Close the connection pool."""

@@ -32,7 +32,7 @@ import boto3  # type: ignore[import-untyped]
 from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
-from berth._errors import BackendError, BerthError, TokenMismatch
+from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
 from berth._token import Token
 from berth.backends._bulk import Head, sorted_names
 from berth.backends._objects import HASHED, ObjectNames
@@ -309,7 +309,7 @@ class S3Backend:
         for name, _ in self._named(prefix):
             yield name
 
-    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, bytes, Token, int]]:
+    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, Any, Token, int]]:
         """(name, first `size` bytes, ETag, full size) under `prefix`, by ranged reads.
 
         Raises:
@@ -321,7 +321,13 @@ class S3Backend:
                 rest = obj[len(self._root) :] if obj.startswith(self._root) else None
                 if rest is None or (HASHED not in rest and not rest.startswith(prefix)):
                     continue
-                head = self._head(obj, size)
+                try:
+                    head = self._head(obj, size)
+                except FormatError as exc:  # one bad object never stops a listing
+                    name = self._names.name_of(obj, None)
+                    if name is not None and name.startswith(prefix):
+                        yield name, exc, Token.ZERO, 0
+                    continue
                 if head is None:
                     continue
                 data, metadata, etag, full = head
@@ -337,10 +343,19 @@ class S3Backend:
             BackendError: S3 failed.
         """
         for name, obj in sorted_names(self._named(prefix), limit, reverse):
-            head = self._head(obj, size)
+            try:
+                head = self._head(obj, size)
+            except FormatError as exc:  # one bad object never stops a listing
+                yield name, exc, Token.ZERO, 0  # type: ignore[misc]
+                continue
             if head is not None:
                 data, _, etag, full = head
                 yield name, data, etag, full
+
+    def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
+        """The first `size` bytes of the frame under `name` and its ETag (a listing's long header)."""
+        found = self._head(self._names.object(name)[0], size)
+        return None if found is None else (found[0], found[2])
 
     def _head(self, obj: str, size: int) -> tuple[bytes, dict[str, str], Token, int] | None:
         with _mapped(obj, "read"):
@@ -387,7 +402,7 @@ def _pad_of(response: dict[str, Any], name: str) -> int:
     except ValueError:
         pad = -1
     if not 0 <= pad <= 1024:
-        raise BackendError(f"s3 object for {name!r} has a bad {_PAD_META} metadata value {value!r}")
+        raise FormatError(f"s3 object for {name!r} has a bad {_PAD_META} metadata value {value!r}")
     return pad
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from berth._errors import BackendError, BerthError, TokenMismatch
+from berth._atomic import make_dirs
+from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
 from berth._token import Token
 from berth.backends._bulk import Head, upper_bound
 
@@ -80,10 +81,10 @@ class SqliteBackend:
         return cls(unquote(parts.path), **options)
 
     def _create_file(self) -> None:
-        parent = self.path.parent
-        if not parent.exists():
-            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(parent, 0o700)
+        try:
+            make_dirs(self.path.parent)  # missing parents 0700, whatever the umask
+        except OSError as exc:
+            raise BackendError(f"sqlite backend cannot create the directory of {str(self.path)!r}: {exc}") from exc
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         except FileExistsError:
@@ -99,6 +100,9 @@ class SqliteBackend:
             conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            # A deleted frame's bytes are zeroed, not left in free pages (or a plaintext frame would
+            # outlive its migration to a sealer).
+            conn.execute("PRAGMA secure_delete=ON")
             self._local.conn = conn
             self._local.cursor = conn.cursor()
             with self._lock:
@@ -141,7 +145,12 @@ class SqliteBackend:
             # fetchall: the kept cursor's statement is stepped to its end and reset, so no read
             # transaction stays open between calls.
             rows = self._cursor().execute("SELECT data, gen FROM berth_frames WHERE name = ?", (name,)).fetchall()
-        return (rows[0][0], Token(rows[0][1])) if rows else None
+        if not rows:
+            return None
+        data, gen = rows[0]
+        if type(data) is not bytes or type(gen) is not int:
+            raise FormatError(f"sqlite row for {name!r} is not a berth frame (a {type(data).__name__} value)")
+        return data, Token(gen)
 
     def delete(self, name: str, token: Token) -> None:
         if not isinstance(token.value, int):
@@ -201,6 +210,9 @@ class SqliteBackend:
         """Heads under `prefix` in name order; `limit=1, reverse=True` is one indexed query."""
         rows = self._pages(prefix, "substr(data, 1, ?), gen, length(data)", size, limit=limit, reverse=reverse)
         for name, head, gen, full in rows:
+            if type(head) is not bytes or type(gen) is not int:  # a row another writer put there
+                yield name, FormatError(f"sqlite row for {name!r} is not a berth frame"), Token.ZERO, 0  # type: ignore[misc]
+                continue
             yield name, head, Token(gen), full
 
     def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
@@ -217,6 +229,8 @@ class SqliteBackend:
                     for name, data, gen in conn.execute(
                         f"SELECT name, data, gen FROM berth_frames WHERE name IN ({marks})", chunk
                     ).fetchall():
+                        if type(data) is not bytes or type(gen) is not int:
+                            raise FormatError(f"sqlite row for {name!r} is not a berth frame")
                         found[name] = (data, Token(gen))
             finally:
                 conn.execute("COMMIT")
@@ -240,6 +254,21 @@ class SqliteBackend:
                 raise
             conn.execute("COMMIT")
         return out
+
+    def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
+        """The first `size` bytes of the frame under `name` and its token."""
+        with _mapped(name):
+            rows = (
+                self._cursor()
+                .execute("SELECT substr(data, 1, ?), gen FROM berth_frames WHERE name = ?", (size, name))
+                .fetchall()
+            )
+        if not rows:
+            return None
+        head, gen = rows[0]
+        if type(head) is not bytes or type(gen) is not int:
+            raise FormatError(f"sqlite row for {name!r} is not a berth frame")
+        return head, Token(gen)
 
     def close(self) -> None:
         with self._lock:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,11 +32,17 @@ class AwsKms:
 
     `key_id` is a key id, key ARN, alias name (`alias/berth`) or alias ARN; it
     names the KEK in every frame header. Each wrap records the key ARN KMS
-    used, and each unwrap asks for that key, so an alias moved to a new key
-    still opens frames wrapped under the old one. Region and credentials come
-    from boto3's usual chain (`AWS_REGION`, `AWS_ENDPOINT_URL`, profiles,
-    instance roles); a key ARN also names its region. Transient errors are
-    retried by botocore (`max_attempts`, "standard" mode).
+    used, and each unwrap passes a key ARN to `Decrypt` (without one, KMS picks
+    the key from the ciphertext, so a data key wrapped under *any* key the host
+    may use would open). Only trusted key ARNs are asked for: a key ARN KEK
+    trusts itself; a key id, the ARN with that id; an alias, the key it resolves
+    to (`DescribeKey`, once, again when a frame names another key), every key
+    it was seen to wrap under, and `previous_keys`: after moving an alias to a
+    new key, list the old key's ARN there until `reseal` has moved its frames.
+    Region and credentials come from boto3's usual chain (`AWS_REGION`,
+    `AWS_ENDPOINT_URL`, profiles, instance roles); a key ARN also names its
+    region. Transient errors are retried by botocore (`max_attempts`,
+    "standard" mode).
     """
 
     def __init__(
@@ -48,13 +54,25 @@ class AwsKms:
         max_attempts: int = 3,
         timeout: float = 10.0,
         client: Any = None,
+        previous_keys: Iterable[str] = (),
     ):
         if not isinstance(key_id, str) or not (
             _ALIAS.fullmatch(key_id) or _KEY_ID.fullmatch(key_id) or _ARN.fullmatch(key_id)
         ):
             raise ValueError(f"AwsKms key {key_id!r} is not a KMS key id, key ARN, alias/NAME or alias ARN")
+        previous = tuple(previous_keys) if not isinstance(previous_keys, str) else (previous_keys,)
+        for old in previous:
+            found = _ARN.fullmatch(old) if isinstance(old, str) else None
+            if found is None or found.group(4) != "key":
+                raise ValueError(f"AwsKms previous key {old!r} is not a key ARN (arn:aws:kms:REGION:ACCOUNT:key/ID)")
         arn = _ARN.fullmatch(key_id)
         self._key_id = key_id
+        self._previous = previous
+        self._alias = bool(_ALIAS.fullmatch(key_id) or (arn is not None and arn.group(4) == "alias"))
+        # Key ARNs this client unwraps under; an alias adds what it resolves to, and what wraps used.
+        self._trusted: set[str] = set(previous)
+        if arn is not None and arn.group(4) == "key":
+            self._trusted.add(key_id)
         self._region = region_name or (arn.group(2) if arn else None)
         self._endpoint_url = endpoint_url
         self._max_attempts = max_attempts
@@ -104,7 +122,10 @@ class AwsKms:
         """
         with self._errors("wrap", context, unwrap=False):
             resp = self.client.encrypt(KeyId=self._key_id, Plaintext=bytes(data_key), EncryptionContext=dict(context))
-            return Wrapped(self._key_id, str(resp["KeyId"]), bytes(resp["CiphertextBlob"]))
+            used = str(resp["KeyId"])
+            if self._alias and _ARN.fullmatch(used):
+                self._trusted.add(used)  # the alias named this key when this process wrapped under it
+            return Wrapped(self._key_id, used, bytes(resp["CiphertextBlob"]))
 
     def unwrap(self, wrapped: Wrapped, *, context: Mapping[str, str]) -> bytes:
         """KMS `Decrypt` of the wrapped key, under the key ARN it was wrapped with and `context`.
@@ -121,7 +142,7 @@ class AwsKms:
                 identity=identity,
                 key=key,
             )
-        requested = self._key_arn(wrapped.version, identity, key)
+        requested = self._key_arn(wrapped.version, context)
         with self._errors("unwrap", context, unwrap=True, requested=requested):
             resp = self.client.decrypt(
                 CiphertextBlob=bytes(wrapped.ciphertext),
@@ -129,26 +150,44 @@ class AwsKms:
                 EncryptionContext=dict(context),
                 EncryptionAlgorithm="SYMMETRIC_DEFAULT",
             )
+            used = str(resp.get("KeyId") or requested)
+            if used != requested:  # KMS must have used the key it was told to; anything else is refused
+                raise IntegrityError(
+                    f"AWS KMS unwrapped the data key under {used!r}, not the trusted {requested!r}",
+                    identity=identity,
+                    key=key,
+                )
             return bytes(resp["Plaintext"])
 
-    def _key_arn(self, version: str, identity: str | None, key: str | None) -> str:
-        """The key to ask Decrypt for: the recorded key ARN, if it can belong to this KEK."""
-        mine = _ARN.fullmatch(self._key_id)
+    def _key_arn(self, version: str, context: Mapping[str, str]) -> str:
+        """The key to ask Decrypt for: the recorded key ARN, if it is one this KEK trusts."""
+        identity, key = context_where(context)
         recorded = _ARN.fullmatch(version)
         ok = recorded is not None and recorded.group(4) == "key"
-        if ok and mine is not None:
-            assert recorded is not None
-            same_place = mine.group(1, 2, 3) == recorded.group(1, 2, 3)
-            ok = same_place and (mine.group(4) == "alias" or version == self._key_id)
-        elif ok and _KEY_ID.fullmatch(self._key_id):
-            ok = version.endswith(":key/" + self._key_id)
+        if ok and version not in self._trusted:
+            if _KEY_ID.fullmatch(self._key_id):
+                ok = version.endswith(":key/" + self._key_id)
+            elif self._alias:
+                ok = version in self._resolve(context)
+            else:
+                ok = False
         if not ok:
             raise IntegrityError(
-                f"wrapped data key names KMS key {version!r}, which cannot be {self._key_id!r}",
+                f"wrapped data key names KMS key {version!r}, which cannot be {self._key_id!r}: not a key it trusts "
+                "(wrapped under another key; an alias's earlier keys go in previous_keys)",
                 identity=identity,
                 key=key,
             )
         return version
+
+    def _resolve(self, context: Mapping[str, str]) -> set[str]:
+        """The key ARN the alias names now (`DescribeKey`), added to the trusted ones; returns them."""
+        with self._errors("resolve", context, unwrap=False):
+            meta = self.client.describe_key(KeyId=self._key_id)["KeyMetadata"]
+        arn = str(meta.get("Arn") or "")
+        if _ARN.fullmatch(arn):
+            self._trusted.add(arn)
+        return self._trusted
 
     @contextmanager
     def _errors(self, op: str, context: Mapping[str, str], *, unwrap: bool, requested: str = "") -> Iterator[None]:
@@ -189,11 +228,25 @@ class AwsKms:
         meta = getattr(self._client, "meta", None)
         region = self._region or getattr(meta, "region_name", None)
         endpoint = self._endpoint_url or getattr(meta, "endpoint_url", None)
-        return (_rebuild, (self._key_id, region, endpoint, self._max_attempts, self._timeout))
+        return (_rebuild, (self._key_id, region, endpoint, self._max_attempts, self._timeout, self._previous))
 
 
-def _rebuild(key_id: str, region: str | None, endpoint_url: str | None, max_attempts: int, timeout: float) -> AwsKms:
-    return AwsKms(key_id, region_name=region, endpoint_url=endpoint_url, max_attempts=max_attempts, timeout=timeout)
+def _rebuild(
+    key_id: str,
+    region: str | None,
+    endpoint_url: str | None,
+    max_attempts: int,
+    timeout: float,
+    previous: tuple[str, ...] = (),
+) -> AwsKms:
+    return AwsKms(
+        key_id,
+        region_name=region,
+        endpoint_url=endpoint_url,
+        max_attempts=max_attempts,
+        timeout=timeout,
+        previous_keys=previous,
+    )
 
 
 def _code(exc: Exception) -> str:
