@@ -42,6 +42,7 @@ from tests.reliability import (  # noqa: E402
     test_crash,
     test_faults,
     test_fuzz,
+    test_hostile,
     test_leaks,
     test_races,
     test_tamper,
@@ -50,7 +51,7 @@ from tests.reliability._common import Result, sealer_names  # noqa: E402
 
 DOC = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- reliability:begin -->", "<!-- reliability:end -->"
-SCENARIOS = ["tamper", "fuzz", "leaks", "crash", "races", "faults", "server-crash"]
+SCENARIOS = ["tamper", "fuzz", "leaks", "crash", "races", "faults", "server-crash", "hostile"]
 NETWORK = ["postgresql", "redis", "s3", "gcs"]
 
 TITLES = {
@@ -61,9 +62,36 @@ TITLES = {
     "races": "races: claimers x re-saver x sweeper",
     "faults": "server faults: cut / down / lost response mid save, load, claim",
     "server-crash": "server crash: SIGKILL + restart mid save, load, claim",
+    "hostile": "hostile: attacks at the seams (issue 12)",
 }
-LONG = {"fuzz": 110_000, "leaks": 20, "crash": 250, "races": 10_000, "faults": 3000, "lost": 200, "server-crash": 3000}
-QUICK = {"fuzz": 420, "leaks": 1, "crash": 20, "races": 150, "faults": 150, "lost": 5, "server-crash": 120}
+LONG = {
+    "fuzz": 110_000,
+    "leaks": 20,
+    "crash": 250,
+    "races": 10_000,
+    "faults": 3000,
+    "lost": 200,
+    "server-crash": 3000,
+    "hostile-dir": 700,
+    "hostile-foreign": 200,
+    "hostile-kills": 100,
+    "hostile-deadline": 20_000,
+    "hostile-kms": 40,
+}
+QUICK = {
+    "fuzz": 420,
+    "leaks": 1,
+    "crash": 20,
+    "races": 150,
+    "faults": 150,
+    "lost": 5,
+    "server-crash": 120,
+    "hostile-dir": 14,
+    "hostile-foreign": 3,
+    "hostile-kills": 8,
+    "hostile-deadline": 300,
+    "hostile-kms": 2,
+}
 
 
 # --- servers -------------------------------------------------------------------------------
@@ -189,6 +217,8 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
                     test_faults.run_lost_delete(s, trials=n["lost"]),
                 ],
             )
+    if "hostile" in args.only:
+        yield from _hostile(n, work, local, network, addresses)
     if "server-crash" in args.only:
         for backend, cls in (("postgresql", test_faults.PrivatePostgres), ("redis", test_faults.PrivateRedis)):
             if backend not in args.backends:
@@ -197,6 +227,34 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
                 yield "server-crash", backend, lambda: None
                 continue
             yield "server-crash", backend, lambda c=cls: _server_crash(c, n["server-crash"])
+
+
+def _hostile(
+    n: dict[str, int], work: Path, local: list[str], network: list[str], addresses: dict[str, Any]
+) -> Iterator[tuple[str, str, Callable[[], Any]]]:
+    """The attacks at the seams of issue 12 (tests/reliability/test_hostile.py)."""
+    if "file" in local:
+        yield "hostile", "file", lambda: test_hostile.run_hostile_directory(n["hostile-dir"], work / "hostile-dir")
+        yield "hostile", "file", lambda: test_hostile.run_keyring_kills(n["hostile-kills"], work / "hostile-keys")
+    yield "hostile", "memory", lambda: test_hostile.run_deadline_at_commit(n["hostile-deadline"])
+    openers: dict[str, Callable[[], Any]] = {
+        b: (lambda o=o: o().backend)
+        for b, o in test_races.local_openers(work / "hostile-foreign").items()
+        if b in local
+    }
+    for backend in network:
+        address = addresses.get(backend)
+        if address and _backend_present(backend):
+            opener = test_races.gcs_opener(address) if backend == "gcs" else test_races.network_opener(backend, address)
+            openers[backend] = lambda o=opener: o().backend
+    for backend, backend_opener in openers.items():
+        yield (
+            "hostile",
+            backend,
+            lambda b=backend, o=backend_opener: test_hostile.run_foreign_values(b, o, n["hostile-foreign"]),
+        )
+    if addresses.get("s3"):
+        yield "hostile", "s3", lambda: test_hostile.run_forged_kms(n["hostile-kms"], addresses["s3"])
 
 
 def _server_crash(cls: type[test_faults.PrivateServer], calls: int) -> Result:
@@ -307,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
     rows: list[Result] = []
-    wanted = [b for b in NETWORK if b in args.backends and {"races", "faults"} & set(args.only)]
+    wanted = [b for b in NETWORK if b in args.backends and {"races", "faults", "hostile"} & set(args.only)]
     with servers(wanted) as addresses:
         for scenario, backend, thunk in plan(args, addresses):
             t = time.monotonic()

@@ -15,7 +15,7 @@ from berth.testing import make_envelope
 
 
 def _temps(directory: Path) -> list[str]:
-    return [p.name for p in directory.iterdir() if ".tmp-" in p.name]
+    return [p.name for p in directory.iterdir() if ".tmp" in p.name]
 
 
 def _killed_mid_write(write) -> int:  # type: ignore[no-untyped-def]
