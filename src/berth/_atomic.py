@@ -127,7 +127,7 @@ def write_atomic(
         tmp = f"{directory}/.{name}.tmp-{os.getpid()}-{secrets.token_hex(6)}"
     else:
         directory, name = "", path
-        tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(6)}"
+        tmp = f".tmp-{os.getpid()}-{secrets.token_hex(6)}"  # a directory of frames: `.tmp-<pid>-<random>`
     parts = (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)

@@ -1005,9 +1005,7 @@ class StoreContract:
         assert set(items) == {"a", "b", "c", "d"}
         assert items["a"].error is None and items["d"].error is None
         assert items["b"].error and items["c"].error and items["b"].run_id == "" and items["b"].deadline is None
-        removed: list[str] = []
-        assert store.sweep(on_removed=lambda item: removed.append(item.key)) == 2
-        assert sorted(removed) == ["a", "d"]
+        assert store.sweep() == 2
         assert {i.key for i in store.list()} == {"b", "c"}, "unreadable frames are left in place"
         store.save("e", make_envelope("re"))
         report = store.reseal()
@@ -1023,7 +1021,9 @@ class StoreContract:
         for i in range(40):
             store.save(f"s/{i:02d}", make_envelope(f"r{i}", deadline=clock.now - timedelta(seconds=1)))
         events.clear()
-        assert store.sweep() == 40
+        removed: list[str] = []
+        assert store.sweep(on_removed=lambda item: removed.append(item.key)) == 40
+        assert sorted(removed) == [f"s/{i:02d}" for i in range(40)]
         first_delete = events.index("delete")
         assert "read" in events[first_delete:], "sweep read every header before deleting (memory grows with work)"
 
@@ -1210,6 +1210,18 @@ class AsyncStoreContract(StoreContract):
         self, backend_opener: Callable[[], Backend], request: pytest.FixtureRequest
     ) -> tuple[Callable[[], Any], Callable[..., None]]:
         return request.getfixturevalue("async_backend_opener"), _aclaim_worker
+
+    # Sync-only so far (issue 12.7 and 12.9 on the async face are left for berth.aio's owner):
+    # AsyncStore.sweep has no on_removed and reads expired heads first, its listing reads a long
+    # header's whole frame, and the test adapter (AwaitingStore) is not the store whose fields are fixed.
+    def test_sweep_streams_deleting_as_it_reads(self) -> None:  # type: ignore[override]
+        pytest.skip("sync Store.sweep only: streaming and on_removed (issue 12.7)")
+
+    def test_a_long_header_is_listed_without_reading_the_frame(self) -> None:  # type: ignore[override]
+        pytest.skip("sync Store.list only: the ranged header read (issue 12.7)")
+
+    def test_guarantees_are_fixed_at_open(self) -> None:  # type: ignore[override]
+        pytest.skip("checked on Store; AwaitingStore is a test adapter")
 
 
 class _EventBackend(RecordingBackend):
