@@ -187,3 +187,95 @@ def test_savers_refuse_the_wrong_store_before_any_io() -> None:
         AsyncBerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="prefix"):
         BerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()), prefix="no-slash")
+
+
+# -- resume exactly once ---------------------------------------------------------------------------
+
+
+def _approval_graph(saver: Any, ran: list[Any]) -> Any:
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import interrupt
+
+    class State(TypedDict, total=False):
+        action: str
+        verdict: str
+
+    def ask(state: State) -> State:
+        verdict = interrupt({"question": f"run {state['action']}?"})
+        ran.append(verdict)  # the side effect that must happen once
+        return {"verdict": verdict}
+
+    builder = StateGraph(State)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_resume_once_resumes_for_exactly_one_of_four_racing_threads(tmp_path: Path) -> None:
+    import threading
+
+    from berth.langgraph import resume_once
+
+    url, sealer = f"sqlite:///{tmp_path}/b.db", _sealer()
+    ran: list[Any] = []
+    config = {"configurable": {"thread_id": "ticket-7"}}
+    first = _approval_graph(BerthSaver(berth.open_store(url, identity="ops", sealer=sealer)), ran)
+    paused = first.invoke({"action": "drop table"}, config)
+    assert "__interrupt__" in paused and ran == []
+    barrier = threading.Barrier(4)
+    outputs: list[Any] = [None] * 4
+    errors: list[BaseException] = []
+
+    def waker(i: int) -> None:
+        try:  # each thread opens its own store, as another process would
+            graph = _approval_graph(BerthSaver(berth.open_store(url, identity="ops", sealer=sealer)), ran)
+            barrier.wait(timeout=30)
+            outputs[i] = resume_once(graph, config, f"approve-{i}")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=waker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    winners = [out for out in outputs if out is not None]
+    assert len(winners) == 1 and len(ran) == 1
+    assert winners[0]["verdict"] == ran[0]
+    # once resumed, the thread waits on nothing: a late caller gets None and nothing runs again
+    assert resume_once(first, config, "approve-late") is None and len(ran) == 1
+
+
+def test_resume_once_past_the_deadline_raises_expired_and_never_resumes(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from berth.langgraph import aresume_once, resume_once
+
+    url, sealer = f"sqlite:///{tmp_path}/b.db", _sealer()
+    ran: list[Any] = []
+    config = {"configurable": {"thread_id": "t1"}}
+    graph = _approval_graph(BerthSaver(berth.open_store(url, identity="ops", sealer=sealer)), ran)
+    graph.invoke({"action": "deploy"}, config)
+
+    def later() -> datetime:
+        return datetime.now(timezone.utc) + timedelta(days=15)
+
+    late = _approval_graph(BerthSaver(berth.open_store(url, identity="ops", sealer=sealer, clock=later)), ran)
+    with pytest.raises(berth.Expired, match="deadline") as caught:
+        resume_once(late, config, "approve")
+    assert caught.value.key is not None and caught.value.key.startswith("langgraph/t1/")
+    with pytest.raises(berth.Expired):
+        asyncio.run(aresume_once(late, config, "approve"))
+    assert ran == []
+    # within a longer deadline it still resumes, once
+    assert resume_once(late, config, "approve", deadline=timedelta(days=30)) == {
+        "action": "deploy",
+        "verdict": "approve",
+    }
+    assert ran == ["approve"]
+    with pytest.raises(TypeError, match="checkpointer"):
+        resume_once(object(), config, "approve")

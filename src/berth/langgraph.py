@@ -35,19 +35,21 @@ import asyncio
 import base64
 import hashlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import orjson
 
 from berth._aio_store import AsyncStore
 from berth._envelope import Envelope
-from berth._errors import IntegrityError, TokenMismatch, where
+from berth._errors import Expired, IntegrityError, TokenMismatch, where
 from berth._plan import Plan, arun, call, run
 from berth._store import Listing, Parked, Store
 
 try:
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import (
+        INTERRUPT,
         WRITES_IDX_MAP,
         BaseCheckpointSaver,
         ChannelVersions,
@@ -62,7 +64,10 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("berth.langgraph needs langgraph: pip install 'berth[langgraph]'") from exc
 
-__all__ = ["PROVIDER", "AsyncBerthSaver", "BerthSaver"]
+__all__ = ["DEFAULT_DEADLINE", "PROVIDER", "AsyncBerthSaver", "BerthSaver", "aresume_once", "resume_once"]
+
+DEFAULT_DEADLINE = timedelta(days=14)
+"""How long an interrupt waits for its resume unless `resume_once` is told otherwise."""
 
 PROVIDER = "langgraph"
 """The envelope's `provider` for frames written by these savers."""
@@ -454,6 +459,33 @@ class _SaverCore(BaseCheckpointSaver[Any]):
             )
         return None
 
+    def _claim(self, config: RunnableConfig, deadline: timedelta) -> Plan[bool]:
+        """Claim the resume of the interrupt the thread's latest checkpoint waits on: True for exactly one caller."""
+        tup = yield from self._get_tuple(config)
+        if tup is None or not any(write[1] == INTERRUPT for write in tup.pending_writes or ()):
+            return False
+        conf = tup.config["configurable"]
+        thread, ns, cid = conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"]
+        key = f"{self._ns_prefix(thread, ns)}r/{_segment(cid)}"
+        asked = datetime.fromisoformat(tup.checkpoint["ts"])
+        if asked.tzinfo is None:
+            asked = asked.replace(tzinfo=timezone.utc)
+        due = asked + deadline
+        if self.now() >= due:
+            raise Expired(
+                f"the interrupt at {where(self.identity, key)} passed its deadline {due.isoformat()}: never resumed",
+                identity=self.identity,
+                key=key,
+                deadline=due,
+            )
+        body = {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}
+        claim = Envelope(provider=PROVIDER, provider_state=orjson.dumps(body), reason="resume claimed", deadline=due)
+        try:  # the commit point: one conditional write, before the graph runs
+            yield call("io", "save", key, claim, if_absent=True)
+        except TokenMismatch:
+            return False
+        return True
+
     # -- the BaseCheckpointSaver API ----------------------------------------------------------
 
     def _run(self, plan: Plan[T]) -> T:
@@ -572,6 +604,7 @@ class BerthSaver(_SaverCore):
             raise TypeError(f"BerthSaver needs a berth.Store, got {type(store).__name__}")
         super().__init__(identity=store.identity, prefix=prefix, serde=serde)
         self.store = store
+        self.now = store.now
         self._sync_io = _SyncIO(store)
 
     async def _async_run(self, plan: Plan[T]) -> T:
@@ -589,8 +622,63 @@ class AsyncBerthSaver(_SaverCore):
             raise TypeError(f"AsyncBerthSaver needs a berth.aio.AsyncStore, got {type(store).__name__}")
         super().__init__(identity=store.identity, prefix=prefix, serde=serde)
         self.store = store
+        self.now = store.now
         self._sync_io = _SyncIO(store.sync)
         self._async_io = _AsyncIO(store)
 
     async def _async_run(self, plan: Plan[T]) -> T:
         return await arun(plan, {"io": self._async_io})
+
+
+def _saver_of(graph: Any) -> _SaverCore:
+    saver = getattr(graph, "checkpointer", None)
+    if not isinstance(saver, _SaverCore):
+        raise TypeError(
+            "resume_once needs a graph compiled with checkpointer=BerthSaver(...) or AsyncBerthSaver(...), "
+            f"got {type(saver).__name__}"
+        )
+    return saver
+
+
+def _check_deadline(deadline: timedelta) -> timedelta:
+    if not isinstance(deadline, timedelta) or deadline <= timedelta(0):
+        raise ValueError(f"deadline must be a positive timedelta, got {deadline!r}")
+    return deadline
+
+
+def resume_once(graph: Any, config: RunnableConfig, value: Any, *, deadline: timedelta = DEFAULT_DEADLINE) -> Any:
+    """Resume the thread's pending interrupt with `Command(resume=value)` for exactly one caller.
+
+    The claim -- one conditional write (`save(..., if_absent=True)`) under the thread, namespace and
+    checkpoint id the interrupt was written at -- is the commit point, made before the graph runs:
+    of any number of callers racing in any process, one wins and gets the graph's output; the
+    others, and any caller when the thread waits on no interrupt, get `None`.
+
+    Args:
+        graph: a compiled graph whose checkpointer is a `BerthSaver` or `AsyncBerthSaver`.
+        config: the thread's config (`{"configurable": {"thread_id": ...}}`).
+        value: what `interrupt()` returns in the resumed node.
+        deadline: how long after the interrupted checkpoint was written it may still be resumed.
+
+    Raises:
+        berth.Expired: the deadline passed; the interrupt is never resumed.
+        TypeError: the graph's checkpointer is not a berth saver.
+    """
+    from langgraph.types import Command
+
+    saver = _saver_of(graph)
+    if not saver._run(saver._claim(config, _check_deadline(deadline))):
+        return None
+    return graph.invoke(Command(resume=value), config)
+
+
+async def aresume_once(
+    graph: Any, config: RunnableConfig, value: Any, *, deadline: timedelta = DEFAULT_DEADLINE
+) -> Any:
+    """`resume_once`, awaited (`graph.ainvoke`)."""
+    from langgraph.types import Command
+
+    saver = _saver_of(graph)
+    if not await saver._async_run(saver._claim(config, _check_deadline(deadline))):
+        return None
+    return await graph.ainvoke(Command(resume=value), config)
