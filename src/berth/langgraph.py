@@ -49,7 +49,6 @@ from berth._store import Listing, Parked, Store
 try:
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import (
-        INTERRUPT,
         WRITES_IDX_MAP,
         BaseCheckpointSaver,
         ChannelVersions,
@@ -61,6 +60,7 @@ try:
         writes_sort_key,
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
+    from langgraph.checkpoint.serde.types import INTERRUPT
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("berth.langgraph needs langgraph: pip install 'berth[langgraph]'") from exc
 
@@ -188,6 +188,7 @@ class _SaverCore(BaseCheckpointSaver[Any]):
     """The savers' logic, once: every operation is a plan (`berth._plan`) over the role "io"."""
 
     _sync_io: Any
+    now: Callable[[], datetime]
     _async_run: Callable[[Plan[Any]], Any]
 
     def __init__(self, *, identity: str, prefix: str, serde: SerializerProtocol | None):
