@@ -30,7 +30,7 @@ from _common import chat_messages  # noqa: E402
 from _cycle import chat_envelope  # noqa: E402
 
 import berth
-from berth._frame import build_aad
+from berth._codec import build_aad
 from berth.kms import LocalKms, Wrapped
 
 KEY = "org/repo#42"

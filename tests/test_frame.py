@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import berth
-from berth._frame import MAGIC, PREFIX_SIZE, peek_header
+from berth._codec import MAGIC, PREFIX_SIZE, peek_header
 from berth.backends.memory import MemoryBackend
 from tests.vectors import make_vectors as kat
 
@@ -33,32 +33,22 @@ def test_committed_vector_opens_to_the_envelope(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["plaintext", "aes-gcm"])
-def test_frames_without_a_state_length_still_open(name: str) -> None:
-    # Frames written before the header carried `state_len` (provider_state anywhere in the body).
+def test_pre_release_frames_without_a_state_length_are_refused_and_left(name: str) -> None:
+    # Frames written before the header carried `state_len` (provider_state anywhere in the body)
+    # were never released: they are a FormatError, and nothing deletes them.
     legacy = (VECTORS / f"legacy-{name}.frame").read_bytes()
     assert b'"state_len"' not in legacy
     store = berth.Store(MemoryBackend(), identity=kat.IDENTITY, sealer=kat.sealers()[name])
     store.backend.put(f"{kat.IDENTITY}/{kat.KEY}", legacy)
-    parked = store.load(kat.KEY)
-    assert parked is not None and parked.envelope == kat.envelope()
-    assert store.claim(kat.KEY) == kat.envelope()
-
-
-def test_reseal_rewrites_a_legacy_frame_with_a_state_length() -> None:
-    old = berth.Store(MemoryBackend(), identity=kat.IDENTITY, sealer=kat.sealers()["aes-gcm"])
-    old.backend.put(f"{kat.IDENTITY}/{kat.KEY}", (VECTORS / "legacy-aes-gcm.frame").read_bytes())
-    new = berth.Store(old.backend, identity=kat.IDENTITY, sealer=berth.AesGcmSealer(berth.Keyring.generate()))
-    new_with_both = berth.Store(
-        old.backend,
-        identity=kat.IDENTITY,
-        sealer=berth.MultiSealer(new.sealer, old.sealer),
-    )
-    assert new_with_both.reseal() == 1
-    found = old.backend.get(f"{kat.IDENTITY}/{kat.KEY}")
-    assert found is not None
-    header, _ = peek_header(found[0], kat.IDENTITY, kat.KEY)
-    assert header.state_len == len(kat.envelope().provider_state)
-    assert new.claim(kat.KEY) == kat.envelope()
+    with pytest.raises(berth.FormatError, match="pre-release") as info:
+        store.load(kat.KEY)
+    assert info.value.key == kat.KEY
+    with pytest.raises(berth.FormatError):
+        store.claim(kat.KEY)
+    assert list(store.list()) == []
+    assert store.reseal().failed == 1
+    found = store.backend.get(f"{kat.IDENTITY}/{kat.KEY}")
+    assert found is not None and found[0] == legacy
 
 
 def test_frame_layout() -> None:
@@ -90,7 +80,7 @@ def test_nonces_are_fresh_per_seal() -> None:
 
 
 def test_split_aad_inverts_build_aad() -> None:
-    from berth._frame import build_aad, encode_header, split_aad
+    from berth._codec import build_aad, encode_header, split_aad
 
     frame = (VECTORS / "plaintext.frame").read_bytes()
     header, end = peek_header(frame, kat.IDENTITY, kat.KEY)

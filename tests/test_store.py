@@ -137,7 +137,7 @@ def _forged_plaintext_frame(state_len: int) -> bytes:
     """A plaintext frame whose header states `state_len`, its checksum recomputed (plaintext can be forged)."""
     import hashlib
 
-    from berth._frame import PREFIX_SIZE, build_aad, peek_header
+    from berth._codec import PREFIX_SIZE, build_aad, peek_header
 
     store = berth.Store(berth.backends.memory.MemoryBackend(), identity="t", sealer=berth.PlaintextSealer())
     store.save("k", berth.Envelope(provider_state={"a": 1}, run_id="r"))

@@ -224,22 +224,22 @@ class AesGcmSealer:
 
     def seal(self, plaintext: bytes, *, aad: bytes) -> bytes:
         """Encrypt under the primary key with a fresh random nonce."""
-        return self._seal_parts(b"", (plaintext,), aad=aad)
+        return self.seal_parts(b"", (plaintext,), aad=aad)
 
-    def _seal_parts(self, prefix: bytes, parts: Sequence[bytes], *, aad: bytes) -> bytes:
-        """`prefix` (the store's frame head), then the concatenation of `parts` sealed, in one buffer."""
+    def seal_parts(self, head: bytes, parts: Sequence[bytes], *, aad: bytes) -> bytes:
+        """`head` (the store's frame head), then the concatenation of `parts` sealed, in one buffer."""
         kid = self._keyring.primary
         nonce = self._nonce()
         kid_b = kid.encode()
-        head = b"".join((prefix, bytes((_FORMAT, len(kid_b))), kid_b, nonce))
-        return gcm_seal_parts(self._keys[kid], self._aead[kid], nonce, head, parts, aad)
+        out = b"".join((head, bytes((_FORMAT, len(kid_b))), kid_b, nonce))
+        return gcm_seal_parts(self._keys[kid], self._aead[kid], nonce, out, parts, aad)
 
     def open(self, sealed: bytes, *, aad: bytes) -> bytes:
         """Decrypt with whichever held key the sealed bytes name; `IntegrityError` otherwise."""
-        return self._open_split(sealed, (), aad=aad)[0]
+        return self.open_parts(sealed, (), aad=aad)[0]
 
-    def _open_split(self, sealed: bytes | memoryview, cuts: Sequence[int], *, aad: bytes) -> list[bytes]:
-        """`open`, with the plaintext returned cut at the offsets `cuts` (the store's envelope and state)."""
+    def open_parts(self, sealed: bytes | memoryview, cuts: Sequence[int], *, aad: bytes) -> list[bytes]:
+        """`open`, with the plaintext returned cut at the ascending offsets `cuts` (the codec's envelope and state)."""
         view = memoryview(sealed)
         if len(view) < 2 or view[0] != _FORMAT:
             raise IntegrityError("not an aes-gcm sealed body")

@@ -11,7 +11,7 @@ changed either, even where the KMS would not notice.
 
 The wrap context is taken from the associated data the store passes: a store's
 AAD is the frame head, then the identity and the key, each behind a 2-byte
-length (`berth._frame.build_aad`). The head says its own length, so the two
+length (`berth._codec.build_aad`). The head says its own length, so the two
 fields parse exactly; the context is `{"berth:identity": ..., "berth:key": ...}`,
 which the KMS binds to the wrapped key and writes to its audit log. Associated
 data that is not a frame's (a host sealing bytes of its own) is bound by its
@@ -28,8 +28,8 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from berth._aesgcm import gcm_open_split, gcm_seal_parts
+from berth._codec import split_aad
 from berth._errors import BackendError, IntegrityError
-from berth._frame import split_aad
 from berth.kms._base import CONTEXT_IDENTITY, CONTEXT_KEY, Kms, Wrapped
 
 __all__ = ["KmsSealer", "wrap_context"]
@@ -98,10 +98,10 @@ class KmsSealer:
         Raises:
             BackendError: the KMS is down or refuses to wrap.
         """
-        return self._seal_parts(b"", (plaintext,), aad=aad)
+        return self.seal_parts(b"", (plaintext,), aad=aad)
 
-    def _seal_parts(self, prefix: bytes, parts: Sequence[bytes], *, aad: bytes) -> bytes:
-        """`prefix` (the store's frame head), then the concatenation of `parts` sealed, in one buffer."""
+    def seal_parts(self, head: bytes, parts: Sequence[bytes], *, aad: bytes) -> bytes:
+        """`head` (the store's frame head), then the concatenation of `parts` sealed, in one buffer."""
         data_key = self._data_key()
         wrapped = self._kms.wrap(data_key, context=wrap_context(aad))
         try:
@@ -113,7 +113,7 @@ class KmsSealer:
         if not 0 < len(blob) <= MAX_WRAPPED:
             raise BackendError(f"the KMS returned a wrapped data key of {len(blob)} bytes (expected 1-{MAX_WRAPPED})")
         nonce = self._nonce()
-        head = b"".join(
+        sealed_head = b"".join(
             (
                 bytes((_TAG_BYTE, _FORMAT, len(kek))),
                 kek,
@@ -124,7 +124,9 @@ class KmsSealer:
                 nonce,
             )
         )
-        return gcm_seal_parts(data_key, AESGCM(data_key), nonce, prefix + head, parts, b"".join((aad, head)))
+        return gcm_seal_parts(
+            data_key, AESGCM(data_key), nonce, head + sealed_head, parts, b"".join((aad, sealed_head))
+        )
 
     def open(self, sealed: bytes, *, aad: bytes) -> bytes:
         """Unwrap the frame's data key with the KMS and decrypt.
@@ -142,10 +144,10 @@ class KmsSealer:
                 is made), or a wrapped key of the wrong length.
             BackendError: the KMS is down or refuses the caller.
         """
-        return self._open_split(sealed, (), aad=aad)[0]
+        return self.open_parts(sealed, (), aad=aad)[0]
 
-    def _open_split(self, sealed: bytes | memoryview, cuts: Sequence[int], *, aad: bytes) -> list[bytes]:
-        """`open`, with the plaintext returned cut at the offsets `cuts` (the store's envelope and state)."""
+    def open_parts(self, sealed: bytes | memoryview, cuts: Sequence[int], *, aad: bytes) -> list[bytes]:
+        """`open`, with the plaintext returned cut at the ascending offsets `cuts` (the codec's envelope and state)."""
         view = memoryview(sealed)
         wrapped, start = _parse(view)
         if not self._kms.holds(wrapped.key_id):

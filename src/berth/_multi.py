@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from berth._codec import peek_header
 from berth._errors import FormatError, IntegrityError
-from berth._frame import peek_header
-from berth._sealer import Sealer
+from berth._sealer import PartsSealer, Sealer, as_parts, check_sealer
 
 __all__ = ["MultiSealer"]
 
@@ -28,11 +30,10 @@ class MultiSealer:
             if isinstance(sealer, MultiSealer):
                 members.extend(sealer.members)
                 continue
-            for attr in ("seal", "open", "can_open", "name", "key_id"):
-                if not hasattr(sealer, attr):
-                    raise TypeError(f"MultiSealer member {sealer!r} has no {attr!r}: it is not a berth sealer")
+            check_sealer(sealer, "MultiSealer member")
             members.append(sealer)
         self._members = tuple(members)
+        self._parts: tuple[PartsSealer, ...] = tuple(as_parts(m) for m in members)  # each member's fast path
         self._primary = members[0]
         self.name: str = self._primary.name
 
@@ -59,6 +60,10 @@ class MultiSealer:
         """
         return self._primary.seal(plaintext, aad=aad)
 
+    def seal_parts(self, head: bytes, parts: Sequence[bytes], *, aad: bytes) -> bytes:
+        """`seal` in parts, through the primary's fast path."""
+        return self._parts[0].seal_parts(head, parts, aad=aad)
+
     def open(self, sealed: bytes, *, aad: bytes) -> bytes:
         """Open with the member that holds the sealer and key id the frame names.
 
@@ -66,13 +71,17 @@ class MultiSealer:
             IntegrityError: no member holds that key, or the frame does not open.
             BackendError: the member's KMS is down or refuses.
         """
+        return self.open_parts(sealed, (), aad=aad)[0]
+
+    def open_parts(self, sealed: bytes | memoryview, cuts: Sequence[int], *, aad: bytes) -> list[bytes]:
+        """`open` in parts, through the fast path of the member the frame names."""
         named = _named_by(aad)
         if named is not None:
-            return self._member_for(*named).open(sealed, aad=aad)
+            return self._member_for(*named).open_parts(sealed, cuts, aad=aad)
         last: IntegrityError | None = None
-        for member in self._members:
+        for member in self._parts:
             try:
-                return member.open(sealed, aad=aad)
+                return member.open_parts(sealed, cuts, aad=aad)
             except IntegrityError as exc:
                 last = exc
         raise IntegrityError(f"no member of this MultiSealer opens these bytes ({last})")
@@ -81,8 +90,8 @@ class MultiSealer:
         """True if any member can open frames sealed by `sealer` under `key_id`."""
         return any(m.can_open(sealer, key_id) for m in self._members)
 
-    def _member_for(self, sealer: str, key_id: str) -> Sealer:
-        for member in self._members:
+    def _member_for(self, sealer: str, key_id: str) -> PartsSealer:
+        for member in self._parts:
             if member.can_open(sealer, key_id):
                 return member
         raise IntegrityError(f"sealed by {sealer} key {key_id!r}, which no member of this MultiSealer holds")

@@ -1,10 +1,20 @@
-"""The sealer seam: plaintext bytes in, sealed bytes out, and back."""
+"""The sealer seam: plaintext bytes in, sealed bytes out, and back; plus the piecewise fast path.
+
+A sealer implements `Sealer` (`seal`, `open`, `can_open`, `name`, `key_id`).
+One that also implements `PartsSealer` (`seal_parts`, `open_parts`) lets the
+codec seal a frame's head and body parts into one buffer and cut the opened
+body at the state's offsets, so a large state is never copied whole. The
+built-in sealers all do (`MultiSealer` too, so rotation keeps the fast path);
+`as_parts` gives any other sealer the same calls by joining.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import pairwise
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Sealer"]
+__all__ = ["PartsSealer", "Sealer", "as_parts", "check_sealer"]
 
 
 @runtime_checkable
@@ -34,3 +44,66 @@ class Sealer(Protocol):
     def can_open(self, sealer: str, key_id: str) -> bool:
         """Whether a frame sealed by `sealer` under `key_id` is one this sealer can open."""
         ...
+
+
+@runtime_checkable
+class PartsSealer(Sealer, Protocol):
+    """A sealer with the piecewise fast path: the same seal, taken and given back in parts."""
+
+    def seal_parts(self, head: bytes, parts: Sequence[bytes], *, aad: bytes) -> bytes:
+        """`head`, then the concatenation of `parts` sealed as `seal` would: one buffer, no joined body.
+
+        Frames of 1 MiB and more may come back as a `bytearray` (copying them to bytes costs a pass).
+        """
+        ...
+
+    def open_parts(self, sealed: bytes | memoryview, cuts: Sequence[int], *, aad: bytes) -> list[bytes]:
+        """`open`, with the plaintext returned cut at the ascending offsets `cuts`."""
+        ...
+
+
+def check_sealer(sealer: object, what: str) -> None:
+    """Raise `TypeError` unless `sealer` has every member of `Sealer` (`what` names who asks)."""
+    for attr in ("seal", "open", "can_open", "name", "key_id"):
+        if not hasattr(sealer, attr):
+            raise TypeError(f"{what} {sealer!r} has no {attr!r}: it is not a berth sealer")
+
+
+def as_parts(sealer: Sealer) -> PartsSealer:
+    """`sealer` itself if it has the fast path, else an adapter that joins and cuts around `seal`/`open`."""
+    if isinstance(sealer, PartsSealer):
+        return sealer
+    return _Joined(sealer)
+
+
+class _Joined:
+    """`PartsSealer` over a plain `Sealer`: the body is joined before `seal` and cut after `open`."""
+
+    __slots__ = ("inner", "name")
+
+    def __init__(self, inner: Sealer):
+        self.inner = inner
+        self.name = inner.name
+
+    @property
+    def key_id(self) -> str:
+        return self.inner.key_id
+
+    def seal(self, plaintext: bytes, *, aad: bytes) -> bytes:
+        return self.inner.seal(plaintext, aad=aad)
+
+    def open(self, sealed: bytes, *, aad: bytes) -> bytes:
+        return self.inner.open(sealed, aad=aad)
+
+    def can_open(self, sealer: str, key_id: str) -> bool:
+        return self.inner.can_open(sealer, key_id)
+
+    def seal_parts(self, head: bytes, parts: Sequence[bytes], *, aad: bytes) -> bytes:
+        return b"".join((head, self.inner.seal(b"".join(parts), aad=aad)))
+
+    def open_parts(self, sealed: bytes | memoryview, cuts: Sequence[int], *, aad: bytes) -> list[bytes]:
+        plain = self.inner.open(bytes(sealed), aad=aad)
+        return [plain[i:j] for i, j in pairwise((0, *cuts, len(plain)))]
+
+    def __repr__(self) -> str:
+        return repr(self.inner)

@@ -10,15 +10,13 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from itertools import pairwise
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple, NoReturn
 
-import msgspec
-
 from berth._atomic import make_dirs, write_atomic
-from berth._envelope import ENVELOPE_VERSION, STATE_MEMBER, Envelope, decode_body, decode_envelope, encode_body
+from berth._codec import Header, header_size, open_frame, peek_header, seal_frame
+from berth._envelope import ENVELOPE_VERSION, Envelope
 from berth._errors import (
     BackendError,
     BerthError,
@@ -31,12 +29,11 @@ from berth._errors import (
     TokenMismatch,
     where,
 )
-from berth._frame import FORMAT_VERSION, Header, build_aad, encode_header, header_size, parse_frame, peek_header
 from berth._keys import validate_identity, validate_key
 from berth._plaintext import PlaintextSealer
 from berth._plan import Plan, call, run
 from berth._redact import redact_url
-from berth._sealer import Sealer
+from berth._sealer import PartsSealer, Sealer, as_parts, check_sealer
 from berth._token import Token
 from berth.backends import Backend, open_backend
 from berth.backends._bulk import delete_many, get_many, sorted_heads
@@ -225,15 +222,13 @@ class Store:
         if sealer is None:
             _warn_plaintext(f"for identity {identity!r}")
             sealer = PlaintextSealer()
-        for attr in ("seal", "open", "can_open", "name", "key_id"):
-            if not hasattr(sealer, attr):
-                raise TypeError(f"sealer {sealer!r} has no {attr!r}: it is not a berth sealer")
+        check_sealer(sealer, "sealer")
         # Fixed at open, like the plaintext policy below: a guarantee that could be switched off
         # after the fact (`store.accept_plaintext = True`) would be no guarantee.
         self._sealer = sealer
         self._plaintext = isinstance(sealer, PlaintextSealer)
-        self._seal_parts = getattr(sealer, "_seal_parts", None)  # fast paths a sealer may offer
-        self._open_split = getattr(sealer, "_open_split", None)
+        self._parts = as_parts(sealer)  # the declared fast path (adapted once for a sealer without it)
+        self._plaintext_parts: PartsSealer = self._parts if self._plaintext else PlaintextSealer()
         self._accept_plaintext = bool(accept_plaintext)
         self.backend = backend
         if not isinstance(max_envelope_bytes, int) or max_envelope_bytes <= 0:
@@ -302,10 +297,11 @@ class Store:
         """A `with` block whose errors come out as berth errors naming this store's identity and `key`."""
         return _BackendCall(self.identity, key, what)
 
-    def _sealer_for(self, header: Header, key: str) -> Sealer:
+    def _sealer_for(self, header: Header, key: str) -> PartsSealer:
+        """The sealer that opens a frame with `header`: the plaintext policy (no silent downgrade)."""
         if header.sealer == PlaintextSealer.name:
             if self._plaintext or self._accept_plaintext:
-                return self.sealer if self._plaintext else PlaintextSealer()
+                return self._plaintext_parts
             raise IntegrityError(
                 f"plaintext frame at {where(self.identity, key)} refused by a sealed store (no silent downgrade); "
                 "to migrate legacy frames open the store with accept_plaintext=True and reseal",
@@ -313,7 +309,7 @@ class Store:
                 key=key,
             )
         if self.sealer.can_open(header.sealer, header.key_id):
-            return self.sealer
+            return self._parts
         if self._plaintext:
             raise IntegrityError(
                 f"frame at {where(self.identity, key)} is sealed by {header.sealer} key {header.key_id!r}; "
@@ -328,75 +324,11 @@ class Store:
             key=key,
         )
 
-    def _open_pieces(self, key: str, data: bytes | memoryview, *, split: bool) -> tuple[Header, list[bytes]]:
-        """Authenticate and open a frame; with `split`, the envelope JSON comes cut around its state.
-
-        A frame whose header gives the state's length opens to `[prefix, state, b"}"]`
-        (`encode_body`'s parts), so the state is taken out by offset, never scanned;
-        otherwise (or without `split`) to the whole envelope JSON alone.
-        """
-        header, aad, body = parse_frame(data, self.identity, key)
-        cuts: tuple[int, ...] = ()
-        if split and header.state_len is not None:
-            n, s = header.body_len, header.state_len
-            if not 0 < s <= n - len(STATE_MEMBER) - 3:
-                raise IntegrityError(
-                    f"frame header at {where(self.identity, key)} gives a state length its body cannot hold",
-                    identity=self.identity,
-                    key=key,
-                )
-            cuts = (n - s - 1, n - 1)
-        sealer = self._sealer_for(header, key)
-        open_split = self._open_split if sealer is self.sealer else getattr(sealer, "_open_split", None)
-        try:
-            if open_split is not None:
-                pieces: list[bytes] = open_split(body, cuts, aad=aad)
-            else:
-                plain = sealer.open(body, aad=aad)  # type: ignore[arg-type]
-                bounds = (0, *cuts, len(plain))
-                pieces = [plain[i:j] for i, j in pairwise(bounds)]
-        except IntegrityError as exc:
-            raise IntegrityError(
-                f"frame at {where(self.identity, key)} does not open: {exc}", identity=self.identity, key=key
-            ) from None
-        except BerthError:
-            raise
-        except Exception as exc:  # a sealer's own failure: fail closed, never return state
-            raise IntegrityError(
-                f"frame at {where(self.identity, key)} does not open: {type(exc).__name__}",
-                identity=self.identity,
-                key=key,
-            ) from exc
-        size = sum(map(len, pieces))
-        if size != header.body_len:
-            raise IntegrityError(
-                f"frame at {where(self.identity, key)} opened to {size} bytes, its header says {header.body_len}",
-                identity=self.identity,
-                key=key,
-            )
-        return header, pieces
-
-    def _decode(self, key: str, header: Header, pieces: list[bytes]) -> Envelope:
-        try:
-            if len(pieces) == 3:
-                if pieces[2] != b"}":
-                    raise msgspec.DecodeError("the envelope does not end after provider_state")
-                env = decode_body(pieces[0], pieces[1])
-            else:
-                env = decode_envelope(pieces[0])
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            raise FormatError(
-                f"frame at {where(self.identity, key)} opened but holds no envelope this berth reads",
-                identity=self.identity,
-                key=key,
-            ) from None
-        if env.deadline != header.deadline or env.run_id != header.run_id or env.created_at != header.created_at:
-            raise IntegrityError(
-                f"frame at {where(self.identity, key)} has a header that disagrees with its body",
-                identity=self.identity,
-                key=key,
-            )
-        return env
+    def _open(self, key: str, data: bytes | memoryview) -> Envelope:
+        """Authenticate and open a frame to its envelope, through the codec and the sealer it names."""
+        return open_frame(
+            data, identity=self.identity, key=key, sealer_for=lambda header: self._sealer_for(header, key)
+        )
 
     def _build(self, key: str, env: Envelope) -> bytes:
         if not isinstance(env, Envelope):
@@ -415,51 +347,19 @@ class Store:
         return self._seal(key, env, env.created_at or self._clock())
 
     def _seal(self, key: str, env: Envelope, created_at: datetime) -> bytes:
-        prefix, state = encode_body(env, created_at)
-        size = len(prefix) + len(state) + 1
-        if size > self.max_envelope_bytes:
-            raise EnvelopeTooLarge(
-                f"envelope for {where(self.identity, key)} is {size} bytes encoded; "
-                f"this store's limit is {self.max_envelope_bytes} (max_envelope_bytes)",
+        try:
+            return seal_frame(
+                env,
                 identity=self.identity,
                 key=key,
+                created_at=created_at,
+                sealer=self._parts,
+                max_bytes=self.max_envelope_bytes,
             )
-        sealer = self.sealer
-        header = Header(
-            FORMAT_VERSION,
-            self.identity,
-            key,
-            env.run_id,
-            created_at,
-            env.deadline,
-            dict(env.labels),
-            sealer.name,
-            sealer.key_id,
-            size,
-            len(state),
-        )
-        try:
-            head = encode_header(header)
-        except ValueError:
-            raise InvalidEnvelope(
-                f"envelope for {where(self.identity, key)} needs a cleartext frame header over 64 KiB: "
-                "its run_id, labels and key are too long",
-                identity=self.identity,
-                key=key,
-            ) from None
-        aad = build_aad(head, self.identity, key)
-        parts = (prefix, state, b"}")
-        # A sealer that can write the head first and take the body in parts builds the
-        # frame in one buffer: the state is never copied into a joined body first.
-        seal_parts = self._seal_parts
-        try:
-            if seal_parts is not None:
-                frame: bytes = seal_parts(head, parts, aad=aad)
-                return frame
-            sealed = sealer.seal(b"".join(parts), aad=aad)
+        except EnvelopeTooLarge:
+            raise
         except Exception as exc:
             _reraise(exc, self.identity, key, "seal")
-        return b"".join((head, sealed))
 
     # --- the contract ------------------------------------------------------------------
 
@@ -584,10 +484,8 @@ class Store:
             return None
         data, token = found
         del found
-        header, pieces = self._open_pieces(key, data, split=True)
+        env = self._open(key, data)
         del data  # the sealed frame is not needed any more
-        env = self._decode(key, header, pieces)
-        del pieces
         if not allow_expired and env.deadline is not None:
             now = self._clock()
             if now > env.deadline:
@@ -911,10 +809,8 @@ class Store:
 
     def _resealed(self, key: str, data: bytes) -> bytes:
         """The frame `data` (parked under `key`) opened and sealed again by the current sealer."""
-        header, pieces = self._open_pieces(key, data, split=True)
+        env = self._open(key, data)
         del data
-        env = self._decode(key, header, pieces)
-        del pieces
         assert env.created_at is not None
         return self._seal(key, env, env.created_at)
 

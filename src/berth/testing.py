@@ -37,6 +37,7 @@ import pytest
 
 from berth._aesgcm import AesGcmSealer, Keyring
 from berth._aio_store import AsyncStore
+from berth._codec import PREFIX_SIZE
 from berth._envelope import Envelope, PendingCall
 from berth._errors import (
     BerthError,
@@ -48,7 +49,6 @@ from berth._errors import (
     InvalidKey,
     TokenMismatch,
 )
-from berth._frame import PREFIX_SIZE
 from berth._plaintext import PlaintextSealer
 from berth._sealer import Sealer
 from berth._store import Listing, Store

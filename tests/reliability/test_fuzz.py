@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import berth
-from berth._frame import MAGIC, build_aad
+from berth._codec import MAGIC, build_aad
 from berth._keys import validate_identity, validate_key
 from berth.backends.memory import MemoryBackend
 

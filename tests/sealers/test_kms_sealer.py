@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import berth
-from berth._frame import build_aad, peek_header
+from berth._codec import build_aad, peek_header
 from berth._kms_sealer import _parse, wrap_context
 from berth.backends.memory import MemoryBackend
 from berth.backends.sqlite import SqliteBackend
@@ -154,7 +154,7 @@ def test_large_body_round_trip() -> None:
     body = bytes(range(256)) * (3 << 12)  # 3 MiB
     sealed = sealer.seal(body, aad=b"x")
     assert bytes(sealer.open(sealed, aad=b"x")) == body
-    assert sealer._open_split(sealed, (7, len(body) - 1), aad=b"x") == [body[:7], body[7:-1], body[-1:]]
+    assert sealer.open_parts(sealed, (7, len(body) - 1), aad=b"x") == [body[:7], body[7:-1], body[-1:]]
     changed = bytearray(sealed)
     changed[len(changed) // 2] ^= 1
     with pytest.raises(berth.IntegrityError):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import berth
-from berth._frame import build_aad, peek_header
+from berth._codec import build_aad, peek_header
 from berth.backends.memory import MemoryBackend
 from berth.kms import AwsKms, LocalKms
 from berth.testing import RecordingBackend, make_envelope
@@ -20,13 +20,13 @@ def _store(backend: Any, sealer: Any, **kw: Any) -> berth.Store:
     return berth.Store(backend, identity="tenant-a", sealer=sealer, **kw)
 
 
-def _bodies(store: berth.Store) -> dict[str, bytes]:
-    """Every parked key's opened body: the encoded envelope, byte for byte."""
+def _bodies(store: berth.Store) -> dict[str, berth.Envelope]:
+    """Every parked key's opened envelope, every field and the raw state as parked."""
     out = {}
     for item in store.list():
-        found = store.backend.get(f"{store.identity}/{item.key}")
-        assert found is not None
-        out[item.key] = bytes(store._open_pieces(item.key, found[0], split=False)[1][0])
+        parked = store.load(item.key, allow_expired=True)
+        assert parked is not None
+        out[item.key] = parked.envelope
     return out
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import berth
 from berth.backends.memory import MemoryBackend
 from berth.kms import LocalKms
@@ -30,11 +32,11 @@ def test_committed_kms_vector_opens_with_the_kek_alone() -> None:
     assert next(store.list()).sealed_by == f"kms:{kv.KEK_ID}"
 
 
-def test_legacy_kms_vector_without_a_state_length_still_opens() -> None:
+def test_pre_release_kms_vector_without_a_state_length_is_refused() -> None:
     legacy = FRAME.with_name("legacy-kms-local.frame").read_bytes()
     assert b'"state_len"' not in legacy
     sealer = berth.KmsSealer(LocalKms(berth.Keyring({kv.KEK_ID: kv.KEK}, kv.KEK_ID)))
     store = berth.Store(MemoryBackend(), identity=kat.IDENTITY, sealer=sealer)
     store.backend.put(f"{kat.IDENTITY}/{kat.KEY}", legacy)
-    parked = store.load(kat.KEY, allow_expired=True)
-    assert parked is not None and parked.envelope == kat.envelope()
+    with pytest.raises(berth.FormatError, match="pre-release"):
+        store.load(kat.KEY, allow_expired=True)

@@ -1,0 +1,388 @@
+"""The codec: the byte layout of a frame and of the envelope body it seals, in one place.
+
+    frame = magic (8) | format (1) | header length (4, big-endian) | header (JSON) | sealed body
+    body  = the envelope as one JSON object whose last member is provider_state
+          = prefix | state | "}"         (the header's `state_len` is len(state))
+
+The header is cleartext so that listing and sweeping need no keys. The seal's
+associated data is everything before the body plus the identity and key the
+store expects, so a frame that was changed, or moved to another key or
+identity, does not open. A load takes the state out of the opened body by its
+offset, without scanning it; a sealer that implements the piecewise fast path
+(`berth._sealer.PartsSealer`) never copies the state into a joined buffer.
+
+The store calls `seal_frame` (an envelope in, frame bytes out) and `open_frame`
+(frame bytes in, an envelope out); nothing else parses a frame, but the sealers
+that read the identity, key and sealer the associated data names
+(`split_aad`, `peek_header`).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from functools import lru_cache
+from types import MappingProxyType
+
+import msgspec
+
+from berth._envelope import Envelope, PendingCall
+from berth._errors import BerthError, EnvelopeTooLarge, FormatError, IntegrityError, InvalidEnvelope, where
+from berth._sealer import PartsSealer
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "PREFIX_SIZE",
+    "Header",
+    "build_aad",
+    "encode_header",
+    "header_size",
+    "open_frame",
+    "peek_header",
+    "seal_frame",
+    "split_aad",
+]
+
+MAGIC = b"\x89BERTH\r\n"
+FORMAT_VERSION = 1
+_PREFIX = struct.Struct(">8sBI")
+PREFIX_SIZE = _PREFIX.size
+MAX_HEADER = 64 * 1024
+
+
+class Header(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A frame's cleartext header, as written (field order is the wire order)."""
+
+    format: int
+    identity: str
+    key: str
+    run_id: str
+    created_at: datetime
+    deadline: datetime | None
+    labels: dict[str, str]
+    sealer: str
+    key_id: str
+    body_len: int
+    state_len: int | None = None  # None only in pre-release frames, which are refused
+
+    @property
+    def sealed_by(self) -> str:
+        """`sealer:key_id`, as listings show it."""
+        return f"{self.sealer}:{self.key_id}"
+
+
+_header_decoder = msgspec.json.Decoder(Header)
+_encoder = msgspec.json.Encoder()
+
+
+# --- the header and the associated data ----------------------------------------------------
+
+
+def encode_header(h: Header) -> bytes:
+    """Magic, format, length and header JSON: the part of the frame before the body."""
+    js = _encoder.encode(h)
+    if len(js) > MAX_HEADER:
+        raise ValueError("frame header too large")
+    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(js)) + js
+
+
+def build_aad(head: bytes | memoryview, identity: str, key: str) -> bytes:
+    """Associated data of the seal: the frame head plus the expected identity and key."""
+    return b"".join((head, _bound(identity, key)))
+
+
+@lru_cache(maxsize=4096)
+def _bound(identity: str, key: str) -> bytes:
+    """The length-prefixed identity and key, as the AAD ends (cached: a store names the same few keys)."""
+    i, k = identity.encode(), key.encode()
+    return b"".join((len(i).to_bytes(2, "big"), i, len(k).to_bytes(2, "big"), k))
+
+
+def header_size(data: bytes | memoryview) -> int | None:
+    """Total size of magic, prefix and header, if `data` starts like a frame."""
+    if len(data) < PREFIX_SIZE or bytes(data[:8]) != MAGIC:
+        return None
+    hlen: int = _PREFIX.unpack_from(data)[2]
+    return PREFIX_SIZE + hlen
+
+
+def split_aad(aad: bytes | memoryview) -> tuple[str, str] | None:
+    """The identity and key bound in a store's associated data (`build_aad`'s inverse), or None."""
+    view = memoryview(aad)
+    n = header_size(view)
+    if n is None or len(view) < n + 2:
+        return None
+    i_end = n + 2 + int.from_bytes(view[n : n + 2], "big")
+    if len(view) < i_end + 2 or i_end + 2 + int.from_bytes(view[i_end : i_end + 2], "big") != len(view):
+        return None
+    try:
+        return bytes(view[n + 2 : i_end]).decode(), bytes(view[i_end + 2 :]).decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def peek_header(data: bytes | memoryview, identity: str, key: str) -> tuple[Header, int]:
+    """Parse the header only (no keys needed); returns it and the body's offset.
+
+    `data` may be just the first bytes of the frame: listing reads only heads.
+    `body_len` is the length of the envelope JSON, checked once the body is opened;
+    `state_len` the length of `provider_state`, which ends the envelope JSON.
+
+    Raises `FormatError` (not a frame, a newer or a pre-release format) or
+    `IntegrityError` (a header that does not parse).
+    """
+    view = memoryview(data)
+    if len(view) < PREFIX_SIZE or view[:8] != MAGIC:
+        raise FormatError(f"not a berth frame at {where(identity, key)}", identity=identity, key=key)
+    _, fmt, hlen = _PREFIX.unpack_from(view)
+    if fmt != FORMAT_VERSION:
+        raise FormatError(
+            f"frame at {where(identity, key)} has format version {fmt}; "
+            f"this berth reads {FORMAT_VERSION}: upgrade berth",
+            identity=identity,
+            key=key,
+        )
+    end = PREFIX_SIZE + hlen
+    if hlen > MAX_HEADER or len(view) < end:
+        raise FormatError(f"frame header at {where(identity, key)} is truncated", identity=identity, key=key)
+    try:
+        header = _header_decoder.decode(view[PREFIX_SIZE:end])
+    except msgspec.DecodeError:
+        header = None
+    if (
+        header is None
+        or header.format != FORMAT_VERSION
+        or header.created_at.tzinfo is None
+        or (header.deadline and header.deadline.tzinfo is None)
+    ):
+        raise IntegrityError(f"frame header at {where(identity, key)} is not valid", identity=identity, key=key)
+    if header.state_len is None:
+        raise FormatError(
+            f"frame at {where(identity, key)} was written by a pre-release berth (no state length); "
+            "this berth does not read it",
+            identity=identity,
+            key=key,
+        )
+    return header, end
+
+
+# --- the body: the envelope JSON, state last ---------------------------------------------
+
+
+class _WireCall(msgspec.Struct, forbid_unknown_fields=False):
+    id: str
+    name: str
+    input: msgspec.Raw
+
+
+class _WireMeta(msgspec.Struct):
+    """Every envelope member but `provider_state`, in the order they are written."""
+
+    version: int
+    provider: str
+    model: str
+    config_digest: str
+    run_id: str
+    loop_state: msgspec.Raw  # JSON null when absent
+    pending_calls: list[_WireCall]
+    turn: int
+    remaining_turns: int
+    reason: str
+    trace_id: str
+    deadline: datetime | None
+    created_at: datetime
+    labels: dict[str, str]
+
+
+_meta_decoder = msgspec.json.Decoder(_WireMeta)
+
+STATE_MEMBER = b',"provider_state":'
+"""What ends the body's prefix: the envelope JSON is prefix + provider_state + `}`."""
+_END = b"}"
+
+
+def _encode_prefix(env: Envelope, created_at: datetime) -> bytes:
+    """The envelope JSON up to and including `"provider_state":`; the state and `}` follow it."""
+    meta = _encoder.encode(
+        _WireMeta(
+            version=env.version,
+            provider=env.provider,
+            model=env.model,
+            config_digest=env.config_digest,
+            run_id=env.run_id,
+            loop_state=msgspec.Raw(b"null" if env.loop_state is None else env.loop_state),
+            pending_calls=[_WireCall(c.id, c.name, msgspec.Raw(c.input)) for c in env.pending_calls],
+            turn=env.turn,
+            remaining_turns=env.remaining_turns,
+            reason=env.reason,
+            trace_id=env.trace_id,
+            deadline=env.deadline,
+            created_at=created_at,
+            labels=dict(env.labels),
+        )
+    )
+    return meta[:-1] + STATE_MEMBER
+
+
+def _decode_body(prefix: bytes | memoryview, state: bytes) -> Envelope:
+    """The envelope from a body cut around its state; `state` is kept as it is.
+
+    Raises `msgspec.DecodeError`/`ValidationError` on a prefix that is not one `_encode_prefix` writes.
+    """
+    n = len(prefix) - len(STATE_MEMBER)
+    if n < 2 or bytes(prefix[n:]) != STATE_MEMBER:
+        raise msgspec.DecodeError("the envelope does not end with provider_state")
+    w = _meta_decoder.decode(b"".join((prefix[:n], b"}")))
+    env = Envelope.__new__(Envelope)
+    set_ = object.__setattr__
+    set_(env, "version", w.version)
+    set_(env, "provider", w.provider)
+    set_(env, "model", w.model)
+    set_(env, "config_digest", w.config_digest)
+    set_(env, "run_id", w.run_id)
+    set_(env, "provider_state", state)
+    loop = bytes(w.loop_state)
+    set_(env, "loop_state", None if loop == b"null" else loop)
+    calls = []
+    for c in w.pending_calls:
+        call = PendingCall.__new__(PendingCall)
+        set_(call, "id", c.id)
+        set_(call, "name", c.name)
+        set_(call, "input", bytes(c.input))
+        calls.append(call)
+    set_(env, "pending_calls", tuple(calls))
+    set_(env, "turn", w.turn)
+    set_(env, "remaining_turns", w.remaining_turns)
+    set_(env, "reason", w.reason)
+    set_(env, "trace_id", w.trace_id)
+    for name in ("deadline", "created_at"):
+        value = getattr(w, name)
+        if value is not None and value.tzinfo is None:
+            raise msgspec.ValidationError(f"{name} is naive")
+        set_(env, name, value)
+    set_(env, "labels", MappingProxyType(w.labels))
+    return env
+
+
+# --- whole frames ------------------------------------------------------------------------------
+
+
+def seal_frame(
+    env: Envelope, *, identity: str, key: str, created_at: datetime, sealer: PartsSealer, max_bytes: int
+) -> bytes:
+    """The frame for `env` parked under `identity`/`key`, sealed by `sealer`.
+
+    Raises `EnvelopeTooLarge` past `max_bytes` of body; what the sealer raises (a KMS
+    outage, say) passes through for the store to map.
+    """
+    prefix = _encode_prefix(env, created_at)
+    state = env.provider_state
+    size = len(prefix) + len(state) + 1
+    if size > max_bytes:
+        raise EnvelopeTooLarge(
+            f"envelope for {where(identity, key)} is {size} bytes encoded; "
+            f"this store's limit is {max_bytes} (max_envelope_bytes)",
+            identity=identity,
+            key=key,
+        )
+    header = Header(
+        FORMAT_VERSION,
+        identity,
+        key,
+        env.run_id,
+        created_at,
+        env.deadline,
+        dict(env.labels),
+        sealer.name,
+        sealer.key_id,
+        size,
+        len(state),
+    )
+    try:
+        head = encode_header(header)
+    except ValueError:
+        raise InvalidEnvelope(
+            f"envelope for {where(identity, key)} needs a cleartext frame header over 64 KiB: "
+            "its run_id, labels and key are too long",
+            identity=identity,
+            key=key,
+        ) from None
+    # The sealer writes the head first and takes the body in parts: the state is never
+    # copied into a joined body first.
+    frame: bytes = sealer.seal_parts(head, (prefix, state, _END), aad=build_aad(head, identity, key))
+    return frame
+
+
+def open_frame(
+    data: bytes | memoryview, *, identity: str, key: str, sealer_for: Callable[[Header], PartsSealer]
+) -> Envelope:
+    """Authenticate and open a whole frame to its envelope.
+
+    `sealer_for` picks the sealer for the header (the store's plaintext policy).
+    Raises `FormatError` (not a frame, a newer format, no envelope inside) or
+    `IntegrityError` (changed, moved, swapped, a sealer that does not hold the key,
+    a header that disagrees with the body).
+    """
+    view = memoryview(data)
+    header, end = peek_header(view, identity, key)
+    if header.identity != identity or header.key != key:
+        raise IntegrityError(
+            f"frame at {where(identity, key)} was written for identity {header.identity!r}, "
+            f"key {header.key!r}: moved or swapped",
+            identity=identity,
+            key=key,
+        )
+    n, s = header.body_len, header.state_len
+    assert s is not None  # peek_header refuses frames without one
+    if not 0 < s <= n - len(STATE_MEMBER) - 3:
+        raise IntegrityError(
+            f"frame header at {where(identity, key)} gives a state length its body cannot hold",
+            identity=identity,
+            key=key,
+        )
+    sealer = sealer_for(header)
+    pieces = _open_body(sealer, view[end:], build_aad(view[:end], identity, key), (n - s - 1, n - 1), identity, key)
+    del view, data
+    size = sum(map(len, pieces))
+    if size != n:
+        raise IntegrityError(
+            f"frame at {where(identity, key)} opened to {size} bytes, its header says {n}",
+            identity=identity,
+            key=key,
+        )
+    try:
+        if pieces[2] != _END:
+            raise msgspec.DecodeError("the envelope does not end after provider_state")
+        env = _decode_body(pieces[0], pieces[1])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise FormatError(
+            f"frame at {where(identity, key)} opened but holds no envelope this berth reads",
+            identity=identity,
+            key=key,
+        ) from None
+    if env.deadline != header.deadline or env.run_id != header.run_id or env.created_at != header.created_at:
+        raise IntegrityError(
+            f"frame at {where(identity, key)} has a header that disagrees with its body",
+            identity=identity,
+            key=key,
+        )
+    return env
+
+
+def _open_body(
+    sealer: PartsSealer, body: memoryview, aad: bytes, cuts: Sequence[int], identity: str, key: str
+) -> list[bytes]:
+    try:
+        return sealer.open_parts(body, cuts, aad=aad)
+    except IntegrityError as exc:
+        raise IntegrityError(
+            f"frame at {where(identity, key)} does not open: {exc}", identity=identity, key=key
+        ) from None
+    except BerthError:
+        raise
+    except Exception as exc:  # a sealer's own failure: fail closed, never return state
+        raise IntegrityError(
+            f"frame at {where(identity, key)} does not open: {type(exc).__name__}", identity=identity, key=key
+        ) from exc
