@@ -113,9 +113,8 @@ def rest_server(fake: FakeKmsClient) -> Iterator[tuple[str, list[dict[str, Any]]
                 status = 200
             except gexc.GoogleAPICallError as exc:
                 status = int(exc.code or 500)
-                out = json.dumps(
-                    {"error": {"code": status, "message": exc.message, "status": exc.grpc_status_code.name}}
-                )
+                code = exc.grpc_status_code
+                out = json.dumps({"error": {"code": status, "message": exc.message, "status": code and code.name}})
             data = out.encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

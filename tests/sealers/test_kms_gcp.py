@@ -182,7 +182,7 @@ def test_pickles_without_a_real_client() -> None:
         credentials=AnonymousCredentials(), transport="rest", client_options={"api_endpoint": "http://127.0.0.1:9"}
     )
     copy = pickle.loads(pickle.dumps(berth.KmsSealer(GcpKms(KEY, client=client))))
-    assert copy.key_id == KEY and copy.kms._client is None  # type: ignore[attr-defined]
+    assert copy.key_id == KEY and copy.kms._client is None
 
 
 @pytest.mark.parametrize(

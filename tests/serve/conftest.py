@@ -80,8 +80,10 @@ def serving(
     finally:
         server.should_exit = True
         thread.join(timeout=15)
-        for s in [*stores.values(), *questions.values()]:
-            s.close()
+        for store in stores.values():
+            store.close()
+        for question_store in questions.values():
+            question_store.close()
 
 
 @pytest.fixture(scope="session")
