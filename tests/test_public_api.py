@@ -86,3 +86,14 @@ def test_every_public_name_has_an_api_reference_entry() -> None:
     referenced = {name for page in pages for name in re.findall(r"^::: (berth[\w.]*)$", page.read_text(), re.M)}
     missing = sorted(f"berth.{name}" for name in berth.__all__ if f"berth.{name}" not in referenced)
     assert not missing, f"add `::: NAME` to the right page under docs/reference/ (the API reference) for: {missing}"
+
+
+def test_every_public_class_and_function_reads_as_berth() -> None:
+    # Tracebacks say `berth.TokenMismatch` (never `berth._errors...`), as httpx's say `httpx.ConnectError`.
+    for name in berth.__all__:
+        obj = getattr(berth, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            private = [part for part in obj.__module__.split(".") if part.startswith("_")]
+            assert not private, f"berth.{name}.__module__ is {obj.__module__!r}: a private path"
+    assert repr(berth.TokenMismatch("x")) == "TokenMismatch('x')"
+    assert f"{berth.TokenMismatch.__module__}.{berth.TokenMismatch.__qualname__}" == "berth.TokenMismatch"

@@ -105,6 +105,15 @@ __all__ = [
 ]
 
 
+# Tracebacks and reprs name the public path (`berth.TokenMismatch`, not `berth._errors.TokenMismatch`),
+# as httpx does; pickles find every class at that path too.
+for _name in __all__:
+    _obj = globals().get(_name)
+    if (isinstance(_obj, type) or callable(_obj)) and getattr(_obj, "__module__", "").startswith("berth._"):
+        _obj.__module__ = "berth"
+del _name, _obj
+
+
 def __getattr__(name: str) -> object:
     # `berth.aio` loads on first use: `import berth` stays free of asyncio's machinery.
     if name == "aio":
