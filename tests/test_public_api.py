@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +99,16 @@ def test_every_public_class_and_function_reads_as_berth() -> None:
             assert not private, f"berth.{name}.__module__ is {obj.__module__!r}: a private path"
     assert repr(berth.TokenMismatch("x")) == "TokenMismatch('x')"
     assert f"{berth.TokenMismatch.__module__}.{berth.TokenMismatch.__qualname__}" == "berth.TokenMismatch"
+
+
+def test_import_berth_imports_no_cloud_client_rich_click_or_kms_module() -> None:
+    code = (
+        "import sys, berth\n"
+        "heavy = ('boto3', 'botocore', 'psycopg', 'redis', 'rich', 'click', 'starlette', 'uvicorn', 'asyncio')\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith('google.cloud')\n"
+        "             or m.startswith('berth.kms') or m in ('berth._kms_sealer', 'berth.aio'))\n"
+        "print(bad)\n"
+        "assert berth.KmsSealer.__name__ == 'KmsSealer' and berth.kms.LocalKms and berth.aio.open_store\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

@@ -10,7 +10,8 @@
 
 from __future__ import annotations
 
-from berth import kms
+from typing import TYPE_CHECKING, Any
+
 from berth._aesgcm import AesGcmSealer, Keyring
 from berth._answers import frame_answer
 from berth._checkpoint_store import checkpoint_store
@@ -36,7 +37,6 @@ from berth._errors import (
     InvalidKey,
     TokenMismatch,
 )
-from berth._kms_sealer import KmsSealer
 from berth._multi import MultiSealer
 from berth._plaintext import PlaintextSealer
 from berth._questions import Answer, AnswerRefused, Question, QuestionStore, open_questions
@@ -54,7 +54,36 @@ from berth._store import (
 from berth._token import Token
 from berth.backends import Backend
 
+if TYPE_CHECKING:
+    from berth import kms
+    from berth._kms_sealer import KmsSealer
+
 __version__ = "0.1.0"
+
+# Imported on first use, so that `import berth` stays fast and imports no KMS client module
+# (berth.kms pulls in the client wrappers; the cloud libraries themselves load later still).
+# `berth.aio` likewise: `import berth` stays free of asyncio's machinery.
+_LAZY = {
+    "KmsSealer": ("berth._kms_sealer", "KmsSealer"),
+    "aio": ("berth.aio", None),
+    "kms": ("berth.kms", None),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """`berth.kms`, `berth.KmsSealer` and `berth.aio`, imported when first used."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'berth' has no attribute {name!r}")
+    import importlib
+
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    if attr is not None and getattr(value, "__module__", "").startswith("berth._"):
+        value.__module__ = "berth"  # as the eager names below: tracebacks read berth.KmsSealer
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ENVELOPE_VERSION",
@@ -112,12 +141,3 @@ for _name in __all__:
     if (isinstance(_obj, type) or callable(_obj)) and getattr(_obj, "__module__", "").startswith("berth._"):
         _obj.__module__ = "berth"
 del _name, _obj
-
-
-def __getattr__(name: str) -> object:
-    # `berth.aio` loads on first use: `import berth` stays free of asyncio's machinery.
-    if name == "aio":
-        import berth.aio
-
-        return berth.aio
-    raise AttributeError(f"module 'berth' has no attribute {name!r}")

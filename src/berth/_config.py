@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from berth._aesgcm import AesGcmSealer, Keyring
-from berth._kms_sealer import KmsSealer
 from berth._multi import MultiSealer
 from berth._sealer import Sealer
-from berth.kms import AwsKms, GcpKms, LocalKms
+
+if TYPE_CHECKING:
+    from berth._kms_sealer import KmsSealer
 
 __all__ = ["keyring_readable_allowed", "sealer_from_env"]
 
@@ -65,6 +67,9 @@ def keyring_readable_allowed(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def _kms_sealer(value: str, readable: bool) -> KmsSealer:
+    from berth._kms_sealer import KmsSealer  # only when a KMS is configured: `import berth` stays light
+    from berth.kms import AwsKms, GcpKms, LocalKms
+
     scheme, sep, rest = value.partition("://")
     scheme = scheme.lower()
     if not sep or not rest:
