@@ -791,7 +791,10 @@ def test_keys_generate_refuses_to_overwrite(tmp_path: Path) -> None:
 
 
 def test_keys_bad_input_is_exit_2(tmp_path: Path) -> None:
-    fails(2, "keys", "generate", str(tmp_path / "no" / "such" / "dir.json"), says=["cannot write keyring"])
+    (tmp_path / "a-file").write_text("")
+    fails(2, "keys", "generate", str(tmp_path / "a-file" / "keys.json"), says=["cannot write keyring"])
+    ok("keys", "generate", str(tmp_path / "new" / "dir" / "keys.json"))  # missing directories: made 0700
+    assert stat.S_IMODE(os.stat(tmp_path / "new" / "dir").st_mode) == 0o700
     fails(2, "keys", "rotate", str(tmp_path / "missing.json"), says=["does not exist", "keys generate"])
     (tmp_path / "junk.json").write_text("[]")
     fails(2, "keys", "show", str(tmp_path / "junk.json"), says=["not a berth keyring"])
