@@ -225,6 +225,10 @@ def test_resume_once_resumes_for_exactly_one_of_four_racing_threads(tmp_path: Pa
     first = _approval_graph(BerthSaver(berth.open_store(url, identity="ops", sealer=sealer)), ran)
     paused = first.invoke({"action": "drop table"}, config)
     assert "__interrupt__" in paused and ran == []
+    # the interrupt is parked as a berth question: what `berth questions` and the inbox list
+    asked = list(berth.open_questions(url, identity="ops", sealer=sealer).list("langgraph/ticket-7/"))
+    assert [q.prompt for q, answer in asked] == ['{"question":"run drop table?"}']
+    assert asked[0][1] is None and asked[0][0].key.startswith("langgraph/ticket-7/~/q/")
     barrier = threading.Barrier(4)
     outputs: list[Any] = [None] * 4
     errors: list[BaseException] = []

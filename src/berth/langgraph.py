@@ -113,11 +113,28 @@ class _Parts:
         self.task = parts[4] if len(parts) > 4 else ""
 
 
+def _questions_over(store: Store) -> Any:
+    from berth._questions import QuestionStore
+
+    return QuestionStore(store.backend, identity=store.identity, sealer=store.sealer, clock=store.now)
+
+
+def _prompt(value: Any) -> str:
+    value = getattr(value, "value", value)
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value, default=str).decode()
+
+
 class _SyncIO:
     """The store calls a saver's plans make, over a `berth.Store`."""
 
     def __init__(self, store: Store):
         self.store = store
+        self.questions = _questions_over(store)
+
+    def ask(self, key: str, prompt: str, deadline: datetime) -> None:
+        self.questions.ask(key, prompt, deadline=deadline)
 
     def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
         return list(self.store.list(prefix, limit=limit, reverse=reverse))
@@ -146,6 +163,10 @@ class _AsyncIO:
 
     def __init__(self, store: AsyncStore):
         self.store = store
+        self.questions = _questions_over(store.sync)
+
+    async def ask(self, key: str, prompt: str, deadline: datetime) -> None:
+        await asyncio.to_thread(self.questions.ask, key, prompt, deadline=deadline)
 
     async def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
         return [item async for item in self.store.list(prefix, limit=limit, reverse=reverse)]
@@ -188,6 +209,7 @@ class _SaverCore(BaseCheckpointSaver[Any]):
     """The savers' logic, once: every operation is a plan (`berth._plan`) over the role "io"."""
 
     _sync_io: Any
+    default_deadline: timedelta = DEFAULT_DEADLINE
     now: Callable[[], datetime]
     _async_run: Callable[[Plan[Any]], Any]
 
@@ -391,9 +413,11 @@ class _SaverCore(BaseCheckpointSaver[Any]):
             env = Envelope(provider=PROVIDER, provider_state=orjson.dumps(body), reason="pending writes")
             try:
                 yield call("io", "save", key, env, **condition)
-                return None
             except TokenMismatch:
                 pass
+            else:
+                yield from self._ask(thread, ns, cid, str(task_id), writes)
+                return None
             parked = yield call("io", "load", key)
             if parked is None:
                 condition, merged = {"if_absent": True}, dict(new)
@@ -405,6 +429,16 @@ class _SaverCore(BaseCheckpointSaver[Any]):
                 if idx < 0 or idx not in merged:
                     merged[idx] = write
             condition = {"if_match": parked.token}
+
+    def _ask(self, thread: str, ns: str, cid: str, task: str, writes: Sequence[tuple[str, Any]]) -> Plan[None]:
+        """Park each interrupt among `writes` as a berth question (`berth questions`, the inbox)."""
+        for channel, value in writes:
+            if channel != INTERRUPT:
+                continue
+            for i, item in enumerate(value if isinstance(value, (list, tuple)) else [value], 1):
+                key = f"{self._ns_prefix(thread, ns)}q/{_segment(cid)}/{_segment(task)}/{i}"
+                yield call("io", "ask", key, _prompt(item), self.now() + self.default_deadline)
+        return None
 
     def _delete_thread(self, thread_id: str) -> Plan[None]:
         yield call("io", "delete_prefix", self._thread_prefix(str(thread_id)))
