@@ -66,3 +66,16 @@ def test_pydantic_ai_approval_rejected_never_runs_the_tool() -> None:
     assert len(re.findall(r"^waker:  waker-\d: RESUME: ", out, re.M)) == 1
     assert "it holds payroll records" in out and "ticket_status: ticket 7 was closed by bob" in out
     assert "summary: 1 RESUME of 4 wakers; the tool ran 0 time(s)" in out
+
+
+def test_langgraph_approval_parks_the_interrupt_and_resumes_once() -> None:
+    out = run_example("langgraph_approval.py")
+    assert "graph:  paused on 1 interrupt(s)" in out and "asked:  langgraph/ops~2Fticket-7/~/q/" in out
+    assert len(re.findall(r"^resumer: resumer-\d: deleted acme/old$", out, re.M)) == 1
+    assert "summary: 1 resume of 4 resumers; the tool ran 1 time(s)" in out
+
+
+def test_langgraph_approval_rejected_never_runs_the_tool() -> None:
+    out = run_example("langgraph_approval.py", "--answer", "reject: it holds payroll records")
+    assert len(re.findall(r"^resumer: resumer-\d: rejected: it holds payroll records$", out, re.M)) == 1
+    assert "summary: 1 resume of 4 resumers; the tool ran 0 time(s)" in out

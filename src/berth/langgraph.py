@@ -43,6 +43,7 @@ import orjson
 from berth._aio_store import AsyncStore
 from berth._envelope import Envelope
 from berth._errors import Expired, IntegrityError, TokenMismatch, where
+from berth._hitl import parse_approval
 from berth._plan import Plan, arun, call, run
 from berth._store import Listing, Parked, Store
 
@@ -64,7 +65,15 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("berth.langgraph needs langgraph: pip install 'berth[langgraph]'") from exc
 
-__all__ = ["DEFAULT_DEADLINE", "PROVIDER", "AsyncBerthSaver", "BerthSaver", "aresume_once", "resume_once"]
+__all__ = [
+    "DEFAULT_DEADLINE",
+    "PROVIDER",
+    "AsyncBerthSaver",
+    "BerthSaver",
+    "aresume_once",
+    "parse_approval",
+    "resume_once",
+]
 
 DEFAULT_DEADLINE = timedelta(days=14)
 """How long an interrupt waits for its resume unless `resume_once` is told otherwise."""
