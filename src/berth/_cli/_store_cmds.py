@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import secrets
 import sys
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import IO
 
@@ -323,7 +322,7 @@ def rm_cmd(settings: Settings, key: str, force: bool) -> None:
     if force:
         store = settings.open(keys=False)
         item = find_listing(store, key)
-        token = item.token if item is not None else _raw_token(store, key)
+        token = item.token if item is not None else None  # unreadable frames are listed too, flagged
         if token is None:
             refuse(f"nothing parked at {where(store.identity, key)}")
         try:
@@ -347,12 +346,6 @@ def rm_cmd(settings: Settings, key: str, force: bool) -> None:
         refuse(f"{where(store.identity, key)} was claimed or re-parked meanwhile: nothing removed")
     _drop_question(settings, key, parked.envelope.run_id)
     click.echo(f"removed {key!r} for {where(store.identity)}")
-
-
-def _raw_token(store: berth.Store, key: str) -> berth.Token | None:
-    """The token of bytes under `key` that are not a readable frame (listing skips them)."""
-    found = store.backend.get(f"{store.identity}/{key}")
-    return None if found is None else found[1]
 
 
 def _drop_question(settings: Settings, key: str, run_id: str) -> None:
@@ -383,18 +376,17 @@ def sweep_cmd(settings: Settings, dry_run: bool, out: str | None) -> None:
     """
     store = settings.open(keys=False)
     at = now()
-    expired = [item for item in store.list() if is_expired(item.deadline, at)]
-    removed: list[str] = []
-    if not dry_run:
-        with progress("sweeping", len(expired)) as advance:
-            for item in expired:
-                try:
-                    store.delete(item.key, item.token)
-                    removed.append(item.key)
-                except berth.TokenMismatch:
-                    pass  # re-parked or claimed since it was listed: not ours to remove
+    if dry_run:
+        keys = [item.key for item in store.list() if item.error is None and is_expired(item.deadline, at)]
+    else:
+        keys = []
+        with progress("sweeping", None) as advance:
+
+            def removed(item: berth.Listing) -> None:
+                keys.append(item.key)
                 advance()
-    keys = [item.key for item in expired] if dry_run else removed
+
+            store.sweep(at, on_removed=removed)  # each delete conditional on the token it listed
     dropped = 0 if dry_run else settings.questions(keys=False).sweep(at)
     if out:
         emit_json({"dry_run": dry_run, "swept": len(keys), "keys": keys, "questions": dropped})
@@ -472,12 +464,6 @@ def verify_one(store: berth.Store, key: str) -> tuple[str, str]:
     return "ok", ""
 
 
-def _names(store: berth.Store) -> Iterator[str]:
-    prefix = store.identity + "/"
-    for name in store.backend.scan(prefix):
-        yield name[len(prefix) :]
-
-
 @cli.command("verify", context_settings=CONTEXT)
 @output_options(stream=True)
 @store_options(env=False)
@@ -496,9 +482,9 @@ def verify_cmd(settings: Settings, out: str | None) -> None:
     store = settings.open(keys=True)
     counts = dict.fromkeys(VERIFY_STATES, 0)
     problems: list[dict[str, str]] = []
-    total = sum(1 for _ in _names(store)) if sys.stderr.isatty() else None
+    total = sum(1 for _ in store.list()) if sys.stderr.isatty() else None
     with progress("verifying", total) as advance:
-        for key in _names(store):
+        for key in (item.key for item in store.list()):  # unreadable frames included, flagged
             state, why = verify_one(store, key)
             advance()
             if state == "gone":
