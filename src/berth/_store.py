@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, NoReturn
 
 from berth._atomic import make_dirs, write_atomic
-from berth._codec import Header, header_size, open_frame, peek_header, seal_frame
+from berth._codec import MAX_HEADER, PREFIX_SIZE, Header, header_size, open_frame, peek_header, seal_frame
 from berth._envelope import ENVELOPE_VERSION, Envelope
 from berth._errors import (
     BackendError,
@@ -614,7 +614,8 @@ class Store:
         if not isinstance(head, (bytes, memoryview)):
             return False
         need = header_size(head)
-        return need is not None and need > len(head)
+        # A length past any header berth writes is not read at all: peek_header refuses it.
+        return need is not None and len(head) < need <= PREFIX_SIZE + MAX_HEADER
 
     def _peeked(self, name: str, head: Any, token: Token, size: int) -> tuple[str, Header | Unreadable, Token, int]:
         """(key, header or `Unreadable` saying why, token, size) of the frame named `name`.

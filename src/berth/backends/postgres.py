@@ -390,7 +390,7 @@ class PostgresBackend:
                 "WHERE name = %s AND gen = %s RETURNING gen"
             ),
             "get": q("SELECT data, gen FROM {schema}.{table} WHERE name = %s"),
-            "head": q("SELECT substring(data FROM 1 FOR %s), gen FROM {schema}.{table} WHERE name = %s"),
+            "head": q("SELECT substring(data FROM 1 FOR %s::int), gen FROM {schema}.{table} WHERE name = %s"),
             "delete": q("DELETE FROM {schema}.{table} WHERE name = %s AND gen = %s RETURNING gen"),
         }
         for kind, columns in cols.items():
