@@ -86,6 +86,11 @@ class AsyncStore:
         return self._core.sealer
 
     @property
+    def accept_plaintext(self) -> bool:
+        """Whether plaintext frames open in a sealed store (fixed at open, for migrations only)."""
+        return self._core.accept_plaintext
+
+    @property
     def sync(self) -> Store:
         """The sync `Store` over the same backend and sealer (for code that is not async)."""
         return self._core
@@ -220,26 +225,29 @@ class AsyncStore:
             _reraise(exc, self.identity, prefix or "*", "delete_prefix")
         return removed
 
-    async def sweep(self, now: datetime | None = None) -> int:
-        """Delete every envelope past its deadline, each conditionally, as `Store.sweep`."""
+    async def sweep(self, now: datetime | None = None, *, on_removed: Callable[[Listing], None] | None = None) -> int:
+        """Delete every envelope past its deadline, each conditionally, as `Store.sweep`.
+
+        Streams as `Store.sweep` does: each expired frame is deleted as its page of headers
+        arrives, and `on_removed` is called with its listing right after the delete.
+        """
         core = self._core
         now = core._sweep_now(now)
-        expired = [
-            (core._prefix + key, token)
-            async for key, header, token, _ in self._peeked(
-                self.backend.heads(core._prefix, core._head_read), "", "sweep"
-            )
-            if core._is_expired(header, now)
-        ]
         removed = 0
-        for name, token in expired:
+        async for key, header, token, size in self._peeked(
+            self.backend.heads(core._prefix, core._head_read), "", "sweep"
+        ):
+            if not core._is_expired(header, now):
+                continue
             try:
-                await self.backend.delete(name, token)
+                await self.backend.delete(core._prefix + key, token)
             except TokenMismatch:
                 continue
             except Exception as exc:
                 _reraise(exc, self.identity, "*", "sweep")
             removed += 1
+            if on_removed is not None:
+                on_removed(_listing(key, header, token, size))
         return removed
 
     async def reseal(self) -> ResealReport:
