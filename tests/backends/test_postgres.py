@@ -231,13 +231,14 @@ def test_prefix_pages_use_the_primary_key(open_backend, postgres_dsn, fresh_sche
         )
         admin.execute(f'ANALYZE "{fresh_schema}".frames')
         backend = open_backend()
-        query = backend._q["heads:False:True"].decode()
+        query = backend._q["heads:False:True:False"].decode()  # kind:first:bounded:reverse
         plan = "\n".join(
             r[0]
             for r in admin.execute(
                 f"EXPLAIN {query}".replace("%(size)s", "1024")
                 .replace("%(after)s", "'id1/key5001'")
                 .replace("%(below)s", "'id10'")
+                .replace("%(n)s", "500")
             )
         )
         assert "Index Scan" in plan and "frames_pkey" in plan, plan

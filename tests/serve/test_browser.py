@@ -35,9 +35,10 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 TIMEOUT_MS = 10_000
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the whole session."""
+    """One headless Chromium for this module (sync Playwright runs an event loop in the main thread
+    while it is open: closed with the module, so later tests may call asyncio.run)."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
