@@ -89,3 +89,24 @@ def test_split_aad_inverts_build_aad() -> None:
     assert split_aad(build_aad(head, "tenant-a", "ünï/k#1")) == ("tenant-a", "ünï/k#1")
     assert split_aad(b"not an aad") is None
     assert split_aad(build_aad(head, "a", "b") + b"x") is None
+
+
+@pytest.mark.parametrize("name", ["plaintext", "aes-gcm"])
+def test_a_witness_sequence_number_is_in_the_authenticated_header(name: str) -> None:
+    from berth._codec import open_frame, seal_frame
+    from berth._sealer import as_parts
+
+    sealer = as_parts(kat.sealers()[name])
+    env = kat.envelope()
+    assert env.created_at is not None
+    common = {"identity": kat.IDENTITY, "key": kat.KEY, "created_at": env.created_at, "sealer": sealer}
+    plain = seal_frame(env, max_bytes=1 << 20, **common)  # type: ignore[arg-type]
+    assert b'"seq"' not in plain and peek_header(plain, kat.IDENTITY, kat.KEY)[0].seq is None
+    frame = seal_frame(env, max_bytes=1 << 20, seq=7, **common)  # type: ignore[arg-type]
+    assert peek_header(frame, kat.IDENTITY, kat.KEY)[0].seq == 7
+    assert open_frame(frame, identity=kat.IDENTITY, key=kat.KEY, sealer_for=lambda h: sealer) == env
+    # the header length is unchanged by a one-digit edit: only the seal can tell
+    edited = frame.replace(b'"seq":7', b'"seq":9')
+    assert edited != frame
+    with pytest.raises(berth.IntegrityError):
+        open_frame(edited, identity=kat.IDENTITY, key=kat.KEY, sealer_for=lambda h: sealer)

@@ -66,6 +66,9 @@ class Header(msgspec.Struct, frozen=True, omit_defaults=True):
     key_id: str
     body_len: int
     state_len: int | None = None  # None only in pre-release frames, which are refused
+    seq: int | None = None
+    """The key's sequence number under a witness (`berth._witness`); absent (and the header byte for
+    byte as before) in a store without one. Authenticated with the rest of the header."""
 
     @property
     def sealed_by(self) -> str:
@@ -270,9 +273,19 @@ def _decode_body(prefix: bytes | memoryview, state: bytes) -> Envelope:
 
 
 def seal_frame(
-    env: Envelope, *, identity: str, key: str, created_at: datetime, sealer: PartsSealer, max_bytes: int
+    env: Envelope,
+    *,
+    identity: str,
+    key: str,
+    created_at: datetime,
+    sealer: PartsSealer,
+    max_bytes: int,
+    seq: int | None = None,
 ) -> bytes:
     """The frame for `env` parked under `identity`/`key`, sealed by `sealer`.
+
+    `seq` (a witnessed store's per-key sequence number) goes into the authenticated header;
+    None leaves the header as a store without a witness writes it.
 
     Raises `EnvelopeTooLarge` past `max_bytes` of body; what the sealer raises (a KMS
     outage, say) passes through for the store to map.
@@ -299,6 +312,7 @@ def seal_frame(
         sealer.key_id,
         size,
         len(state),
+        seq,
     )
     try:
         head = encode_header(header)

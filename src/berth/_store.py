@@ -346,7 +346,7 @@ class Store:
             )
         return self._seal(key, env, env.created_at or self._clock())
 
-    def _seal(self, key: str, env: Envelope, created_at: datetime) -> bytes:
+    def _seal(self, key: str, env: Envelope, created_at: datetime, seq: int | None = None) -> bytes:
         try:
             return seal_frame(
                 env,
@@ -355,6 +355,7 @@ class Store:
                 created_at=created_at,
                 sealer=self._parts,
                 max_bytes=self.max_envelope_bytes,
+                seq=seq,
             )
         except EnvelopeTooLarge:
             raise
