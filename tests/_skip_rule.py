@@ -25,10 +25,6 @@ ALLOWED_UNDER_CI: dict[str, str] = {
         "the same case runs on the in-repo fake, whose semantics are themselves tested"
     ),
     r"^long reliability trial: run with -m slow": "the long trials are opt-in (`-m slow`), never part of CI",
-    r"^berth\.aio limit: .+ \(issue 12\.7\)$": (
-        "two listing cases the async face does not meet yet (AsyncStoreContract says which); "
-        "the sync store runs them on every backend"
-    ),
 }
 
 

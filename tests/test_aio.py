@@ -266,6 +266,95 @@ def test_postgres_async_pool_replaces_connections_the_server_killed(postgres_dsn
             admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+@pytest.mark.postgres
+def test_postgres_async_pool_serves_the_first_call_after_the_server_returns(postgres_dsn: str) -> None:
+    # As the sync pool (tests/backends/test_postgres.py): a server gone fails each call with a
+    # BackendError, connections it had are dropped, and the very next call once it is back works.
+    from urllib.parse import urlsplit, urlunsplit
+
+    from tests.reliability._proxy import FaultProxy
+
+    psycopg = require("psycopg", "PostgreSQL")
+    schema = f"berth_aio_{uuid.uuid4().hex[:12]}"
+    parts = urlsplit(postgres_dsn)
+    with FaultProxy(parts.hostname or "127.0.0.1", parts.port or 5432) as proxy:
+        url = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}"))
+
+        async def main() -> None:
+            store = berth.aio.open_store(
+                url, identity="pg", sealer=_sealer(), schema=schema, pool_max_size=3, pool_timeout=2, connect_timeout=2
+            )
+            await asyncio.gather(*(store.save(f"k{i}", make_envelope(f"r{i}")) for i in range(3)))
+            proxy.down()  # every open connection cut, new ones refused
+            for _ in range(3):
+                with pytest.raises(berth.BackendError) as info:
+                    await store.load("k0")
+                assert "pg" in str(info.value) and "k0" in str(info.value)
+            proxy.up()
+            started = time.monotonic()
+            found = await store.load_many(["k0", "k1", "k2"])
+            assert [p.envelope.run_id for p in found if p is not None] == ["r0", "r1", "r2"]
+            assert await store.claim("k0") is not None and await store.load("k0") is None
+            assert time.monotonic() - started < 1.0, "no reconnect schedule to wait out"
+            await store.aclose()
+
+        try:
+            asyncio.run(main())
+        finally:
+            with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+                admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.mark.postgres
+def test_postgres_async_pool_in_a_forked_child_opens_its_own_connections(postgres_dsn: str) -> None:
+    import multiprocessing
+
+    psycopg = require("psycopg", "PostgreSQL")
+    schema = f"berth_aio_{uuid.uuid4().hex[:12]}"
+    backend = berth.aio.open_backend(postgres_dsn, schema=schema, pool_max_size=1)
+
+    async def backend_pid() -> int:
+        pool = backend._pool  # type: ignore[attr-defined]
+        lease = await pool.take()
+        try:
+            cur = await lease.conn.execute("SELECT pg_backend_pid()")
+            row = await cur.fetchone()
+            return int(row[0])
+        finally:
+            await pool.give(lease)
+
+    async def child_calls() -> tuple[int, bool]:
+        token = await backend.put("i/c", b"child")
+        return await backend_pid(), await backend.get("i/c") == (b"child", token)
+
+    loop = asyncio.new_event_loop()
+    queue = multiprocessing.get_context("fork").SimpleQueue()
+
+    def child() -> None:
+        try:
+            queue.put(asyncio.run(child_calls()))  # a loop of its own, and connections of its own
+        except BaseException as exc:  # reported to the parent
+            queue.put((0, repr(exc)))
+
+    try:
+        loop.run_until_complete(backend.put("i/k", b"parent"))
+        parent_pid = loop.run_until_complete(backend_pid())  # the pool's one idle connection
+        process = multiprocessing.get_context("fork").Process(target=child)
+        process.start()
+        process.join(timeout=30)
+        child_pid, ok = queue.get()
+        assert process.exitcode == 0 and ok is True, ok
+        assert child_pid not in (0, parent_pid), "the child must not talk over the parent's socket"
+        assert loop.run_until_complete(backend_pid()) == parent_pid, "the parent's connection survives the child"
+        got = loop.run_until_complete(backend.get_many(["i/c", "i/k"]))
+        assert [g[0] for g in got if g is not None] == [b"child", b"parent"]
+        loop.run_until_complete(backend.aclose())
+    finally:
+        loop.close()
+        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 async def _hold_all_then_call(store: berth.aio.AsyncStore) -> None:
     pool = store.backend._pool  # type: ignore[attr-defined]
     pool._timeout = 0.2

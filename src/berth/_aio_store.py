@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from berth._codec import header_size
 from berth._envelope import Envelope
 from berth._errors import BackendError, TokenMismatch
 from berth._plan import arun
@@ -197,7 +198,8 @@ class AsyncStore:
         try:
             async for name, head, token, size in rows:
                 if core._needs_full(head):
-                    found = await self.backend.get(name)
+                    # A header longer than the first read: read just the header, never the frame.
+                    found = await self.backend.head(name, header_size(head) or 0)
                     if found is None:
                         continue
                     head, token = found

@@ -9,7 +9,10 @@ the required four, as the sync seam's do (`berth.backends._bulk`).
 third-party `Backend`: each call runs in one of a bounded pool of worker
 threads, so the event loop never waits on a disk or a socket, and no more than
 `max_threads` calls hold a thread (and, for SQLite, a connection) at once.
-Listing pulls a page of rows per thread hop, not one row.
+Listing pulls a page of rows per thread hop, not one row: the first page is
+one row and each next one twice the last, up to 256, so the first row comes
+at once and a consumer that acts on each row (a sweep deleting) does so while
+the listing still reads.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any, TypeVar
 
 from berth._errors import TokenMismatch
 from berth._token import Token
-from berth.backends._bulk import Head, delete_many, get_many, sorted_heads, sorted_names
+from berth.backends._bulk import Head, delete_many, get_many, read_head, sorted_heads, sorted_names
 
 __all__ = ["DEFAULT_MAX_THREADS", "AsyncBackend", "ThreadedBackend"]
 
@@ -59,6 +62,11 @@ class AsyncBackend:
         rows = [row async for row in self.heads(prefix, size)]
         for row in sorted_names(rows, limit, reverse):
             yield row
+
+    async def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
+        """The first `size` bytes under `name` and its generation (a listing's long header); default: `get`."""
+        found = await self.get(name)
+        return None if found is None else (bytes(found[0][:size]), found[1])
 
     async def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
         """Every name's data and generation (or None), in order; default: one `get` each, concurrently."""
@@ -110,6 +118,9 @@ class ThreadedBackend(AsyncBackend):
     async def delete(self, name: str, token: Token) -> None:
         await self._run(self.sync.delete, name, token)
 
+    async def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
+        return await self._run(read_head, self.sync, name, size)
+
     async def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
         return await self._run(get_many, self.sync, names)
 
@@ -133,16 +144,18 @@ class ThreadedBackend(AsyncBackend):
         return self._pages(lambda: sorted_heads(self.sync, prefix, size, limit=limit, reverse=reverse))
 
     async def _pages(self, make: Callable[[], Iterator[Head]]) -> AsyncIterator[Head]:
-        # The sync iterator is made and advanced in worker threads, a page of rows per hop;
-        # nothing of it runs on the event loop.
+        # The sync iterator is made and advanced in worker threads, a page of rows per hop
+        # (1, 2, 4, ... up to _ROWS_PER_HOP); nothing of it runs on the event loop.
         rows = await self._run(make)
+        want = 1
         try:
             while True:
-                page = await self._run(lambda: list(itertools.islice(rows, _ROWS_PER_HOP)))
+                page = await self._run(_take, rows, want)
                 for row in page:
                     yield row
-                if len(page) < _ROWS_PER_HOP:
+                if len(page) < want:
                     return
+                want = min(want * 2, _ROWS_PER_HOP)
         finally:
             close = getattr(rows, "close", None)
             if close is not None:
@@ -162,3 +175,7 @@ class ThreadedBackend(AsyncBackend):
     async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
         """Run `fn(*args)` in this backend's worker threads (CPU work: sealing a large frame)."""
         return await self._run(fn, *args)
+
+
+def _take(rows: Iterator[Head], n: int) -> list[Head]:
+    return list(itertools.islice(rows, n))

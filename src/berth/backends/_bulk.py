@@ -23,6 +23,7 @@ __all__ = [
     "Head",
     "delete_many",
     "get_many",
+    "read_head",
     "sorted_heads",
     "sorted_names",
     "upper_bound",
@@ -118,3 +119,13 @@ def delete_many(backend: Any, items: Sequence[tuple[str, Token]]) -> list[bool]:
         else:
             out.append(True)
     return out
+
+
+def read_head(backend: Any, name: str, size: int) -> tuple[bytes, Token] | None:
+    """The first `size` bytes of the frame `name` and its token: the backend's ranged `head` if it has one."""
+    head = getattr(backend, "head", None)
+    if head is not None:
+        found: tuple[bytes, Token] | None = head(name, size)
+        return found
+    found = backend.get(name)
+    return None if found is None else (bytes(found[0][:size]), found[1])

@@ -235,7 +235,7 @@ class _Pool:
             self._cond.notify_all()
 
 
-_POOLS: weakref.WeakSet[_Pool] = weakref.WeakSet()
+_POOLS: weakref.WeakSet[_Pool | _AsyncPool] = weakref.WeakSet()  # each starts empty in a forked child
 
 
 def _after_fork_in_child() -> None:
@@ -656,8 +656,8 @@ class _AsyncPool:
     the server closed (restart, `pg_terminate_backend`) is noticed without a
     round trip -- its socket is readable while idle -- and dropped before use; a
     connection is made by the task that needs one, so the first call after the
-    server comes back connects at once. Waiters queue in order, each with
-    `pool_timeout`. Not psycopg_pool's AsyncConnectionPool, for the reason the
+    server comes back connects at once; a forked child starts with an empty pool.
+    Waiters queue in order, each with `pool_timeout`. Not psycopg_pool's AsyncConnectionPool, for the reason the
     sync pool is not its ConnectionPool: a background reconnect schedule to
     wait out after a restart (see the fault trials in docs/reliability.md).
     """
@@ -669,6 +669,12 @@ class _AsyncPool:
         self._timeout = timeout
         self._max_idle = max_idle
         self._closed = False
+        self._forked()
+        _POOLS.add(self)
+
+    def _forked(self) -> None:
+        # Also the whole of a forked child's pool: the parent's connections (and the futures of
+        # its loop's waiters) are dropped unclosed, as `_Pool`'s are -- never used or closed here.
         self._idle: deque[_Lease] = deque()
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._size = 0
@@ -845,6 +851,11 @@ class AsyncPostgresBackend(AsyncBackend):
     async def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> AsyncIterator[Head]:
         async for row in self._pages("heads", prefix, size, limit, reverse):
             yield _head(row)
+
+    async def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
+        await self._ready()
+        row = await self._run("list", name, "head", (size, name), binary=True)
+        return None if row is None else (bytes(row[0]), Token(int(row[1])))
 
     async def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
         if not names:

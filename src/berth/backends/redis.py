@@ -532,6 +532,9 @@ class RedisBackend:
         """The first `size` bytes of the frame under `name` and its token (a listing's long header)."""
         key = self._frames + name
         raw = self._read(functools.partial(self._command, "GETRANGE", key, 0, size + _GEN_DIGITS - 1), "list", name)
+        return self._got_head(name, raw)
+
+    def _got_head(self, name: str, raw: bytes | None) -> tuple[bytes, Token] | None:
         if not raw:
             return None
         return raw[_GEN_DIGITS:], Token(self._parse_gen(name, raw[:_GEN_DIGITS]))
@@ -696,6 +699,11 @@ class AsyncRedisBackend(AsyncBackend):
 
         async for row in self._heads_of(batches(), size, prefix):
             yield row
+
+    async def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
+        key = self.sync._frames + name
+        raw = await self._read(lambda: self._command("GETRANGE", key, 0, size + _GEN_DIGITS - 1), "list", name)
+        return self.sync._got_head(name, raw)
 
     async def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
         if not names:
