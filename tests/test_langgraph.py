@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import operator
 import time
 import uuid
 from collections.abc import AsyncGenerator, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 
@@ -31,29 +33,84 @@ def _sealer() -> berth.Sealer:
     return berth.AesGcmSealer(KEYRING)
 
 
-@pytest.fixture(
-    params=["memory", "sqlite", "file", pytest.param("postgresql", marks=pytest.mark.postgres),
-            pytest.param("redis", marks=pytest.mark.redis)]
-)  # fmt: skip
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+_SERVERS = {
+    "postgresql": pytest.mark.postgres,
+    "redis": pytest.mark.redis,
+    "s3": pytest.mark.s3,
+    "gcs": pytest.mark.gcs,
+}
+
+
+@dataclass
+class Target:
+    """Where a conformance run parks its frames: a store URL and the options `open_store` takes with it."""
+
+    url: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def fake_gcs() -> Iterator[Any]:
+    require("google.cloud.storage", "Cloud Storage")
+    from tests.fakes.gcs import FakeGcs
+
+    with FakeGcs() as gcs:
+        yield gcs
+
+
+# Against their HTTP emulators one run of the suite costs about 1,400 requests (5-15 s on this
+# 2-core box), so the default run takes one face per cloud backend and -m slow the other.
+_SLOW = {("s3", "async"), ("gcs", "sync")}
+CASES = [
+    pytest.param(kind, flavour, id=f"{kind}-{flavour}",
+                 marks=[m for m in (_SERVERS.get(kind), pytest.mark.slow if (kind, flavour) in _SLOW else None) if m])
+    for kind in ["memory", "sqlite", "file", *_SERVERS]
+    for flavour in ("sync", "async")
+]  # fmt: skip
+
+
+@pytest.fixture
+def target(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
+    """Each of the seven backends, with a namespace of its own on the shared servers."""
     kind = request.param
     if kind == "memory":
-        yield f"memory://langgraph-{uuid.uuid4().hex}"
+        yield Target(f"memory://langgraph-{uuid.uuid4().hex}")
     elif kind == "sqlite":
-        yield f"sqlite:///{tmp_path}/berth.db"
+        yield Target(f"sqlite:///{tmp_path}/berth.db")
     elif kind == "file":
-        yield f"file://{tmp_path}/frames"
+        yield Target(f"file://{tmp_path}/frames")
+    elif kind == "gcs":  # the in-repo fake: it honours every precondition the savers' conditional saves send
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/berth-test-credentials.json")
+        monkeypatch.setenv("NO_GCE_CHECK", "true")
+        fake = request.getfixturevalue("fake_gcs")
+        bucket = f"berth-lg-{uuid.uuid4().hex[:16]}"
+        fake.create_bucket(bucket)
+        yield Target(f"gs://{bucket}/lg", {"endpoint": fake.url})
+    elif kind == "s3":  # a moto server, fake credentials, no shared config: nothing can reach AWS
+        boto3 = require("boto3", "S3")
+        for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                            ("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config")),
+                            ("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))):  # fmt: skip
+            monkeypatch.setenv(name, value)
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            monkeypatch.delenv(name, raising=False)
+        moto_url: str = request.getfixturevalue("moto_url")
+        bucket = f"berth-lg-{uuid.uuid4().hex[:16]}"
+        client = boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1")
+        client.create_bucket(Bucket=bucket)
+        client.close()
+        yield Target(f"s3://{bucket}/lg", {"endpoint_url": moto_url})
     elif kind == "postgresql":
         dsn: str = request.getfixturevalue("postgres_dsn")
         schema = f"berth_lg_{uuid.uuid4().hex[:12]}"
-        yield f"{dsn}?schema={schema}"
+        yield Target(f"{dsn}?schema={schema}")
         psycopg = require("psycopg", "PostgreSQL")
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     else:
         redis_url: str = request.getfixturevalue("redis_url")
         prefix = f"berth-lg-{uuid.uuid4().hex[:12]}:"
-        yield f"{redis_url}?prefix={prefix}&check_durability=false"
+        yield Target(f"{redis_url}?prefix={prefix}&check_durability=false")
         redis = require("redis", "Redis")
         admin = redis.Redis.from_url(redis_url)
         for key in admin.scan_iter(match=f"{prefix}*"):
@@ -61,32 +118,33 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         admin.close()
 
 
-def _registered(url: str, flavour: str) -> RegisteredCheckpointer:
+def _registered(target: Target, flavour: str) -> RegisteredCheckpointer:
     async def factory() -> AsyncGenerator[Any, None]:
         identity = f"lg-{uuid.uuid4().hex[:12]}"  # a fresh saver per capability suite, as the suite asks
         if flavour == "sync":
-            store = berth.open_store(url, identity=identity, sealer=_sealer())
+            store = berth.open_store(target.url, identity=identity, sealer=_sealer(), **target.options)
             try:
                 yield BerthSaver(store)
             finally:
                 store.close()
         else:
-            async with berth.aio.open_store(url, identity=identity, sealer=_sealer()) as astore:
+            opened = berth.aio.open_store(target.url, identity=identity, sealer=_sealer(), **target.options)
+            async with opened as astore:
                 yield AsyncBerthSaver(astore)
 
     return RegisteredCheckpointer(name=f"berth-{flavour}", factory=factory)
 
 
-@pytest.mark.parametrize("flavour", ["sync", "async"])
-def test_langgraph_conformance_suite_passes_every_capability(url: str, flavour: str) -> None:
+@pytest.mark.parametrize(("target", "flavour"), CASES, indirect=["target"])
+def test_langgraph_conformance_suite_passes_every_capability(target: Target, flavour: str) -> None:
     started = time.perf_counter()
-    report = asyncio.run(validate(_registered(url, flavour)))
+    report = asyncio.run(validate(_registered(target, flavour)))
     elapsed = time.perf_counter() - started
     assert set(report.results) == {cap.value for cap in ALL_CAPABILITIES}
     failures = {name: r.failures for name, r in report.results.items() if not (r.detected and r.passed)}
     assert not failures, failures
     assert all(r.tests_skipped == 0 and r.tests_passed > 0 for r in report.results.values())
-    print(f"conformance {flavour} on {url.split(':')[0]}: {len(report.results)} capabilities in {elapsed:.2f}s")
+    print(f"conformance {flavour} on {target.url.split(':')[0]}: {len(report.results)} capabilities in {elapsed:.2f}s")
 
 
 # -- what sealing and binding refuse ------------------------------------------------------------
@@ -283,3 +341,121 @@ def test_resume_once_past_the_deadline_raises_expired_and_never_resumes(tmp_path
     assert ran == ["approve"]
     with pytest.raises(TypeError, match="checkpointer"):
         resume_once(object(), config, "approve")
+
+
+# -- several pending interrupts in one thread (parallel branches) -----------------------------------
+
+
+class BranchesState(TypedDict, total=False):
+    log: Annotated[list[str], operator.add]
+
+
+def _branches_graph(saver: Any, ran: list[Any]) -> Any:
+    """START fans out to `a` and `b`, each asks its own question; `join` runs once both have answers."""
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import interrupt
+
+    State = BranchesState
+
+    def branch(name: str) -> Any:
+        def node(state: State) -> State:
+            answer = interrupt(f"may {name} go ahead?")
+            ran.append((name, answer))  # the side effect that must happen once per branch
+            return {"log": [f"{name}={answer}"]}
+
+        return node
+
+    def join(state: State) -> State:
+        ran.append(("join", sorted(state["log"])))
+        return {"log": ["join"]}
+
+    builder = StateGraph(State)
+    builder.add_node("a", branch("a"))
+    builder.add_node("b", branch("b"))
+    builder.add_node("join", join)
+    builder.add_edge(START, "a")
+    builder.add_edge(START, "b")
+    builder.add_edge(["a", "b"], "join")
+    builder.add_edge("join", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_parallel_interrupts_are_one_question_each_and_each_resumes_once(tmp_path: Path) -> None:
+    import threading
+
+    from berth.langgraph import aresume_once, resume_once
+
+    url, sealer = f"sqlite:///{tmp_path}/b.db", _sealer()
+    ran: list[Any] = []
+    config = {"configurable": {"thread_id": "deploy-9"}}
+    first = _branches_graph(BerthSaver(berth.open_store(url, identity="ops", sealer=sealer)), ran)
+    paused = first.invoke({"log": []}, config)
+    ids = {item.value: item.id for item in paused["__interrupt__"]}
+    assert set(ids) == {"may a go ahead?", "may b go ahead?"} and ran == []
+    a_id, b_id = ids["may a go ahead?"], ids["may b go ahead?"]
+    # each interrupt is its own berth question, identified by the interrupt's id
+    questions = berth.open_questions(url, identity="ops", sealer=sealer)
+    asked = {q.prompt: q for q, _ in questions.list("langgraph/deploy-9/")}
+    assert {p: q.id for p, q in asked.items()} == ids
+    # one plain value cannot say which interrupt it answers: refused before anything is claimed
+    with pytest.raises(ValueError, match="2 interrupts"):
+        resume_once(first, config, "yes")
+    assert ran == []
+
+    # four resumers race on each interrupt at once, the sync and the async face mixed
+    barrier = threading.Barrier(8)
+    outputs: dict[tuple[str, int], Any] = {}
+    errors: list[BaseException] = []
+
+    def waker(branch: str, i: int) -> None:
+        iid = a_id if branch == "a" else b_id
+        try:
+            if i % 2:
+                graph = _branches_graph(BerthSaver(berth.open_store(url, identity="ops", sealer=sealer)), ran)
+                barrier.wait(timeout=30)
+                outputs[branch, i] = resume_once(graph, config, {iid: f"ok-{i}"})
+            else:
+
+                async def go() -> Any:
+                    async with berth.aio.open_store(url, identity="ops", sealer=sealer) as astore:
+                        graph = _branches_graph(AsyncBerthSaver(astore), ran)
+                        barrier.wait(timeout=30)
+                        return await aresume_once(graph, config, {iid: f"ok-{i}"})
+
+                outputs[branch, i] = asyncio.run(go())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=waker, args=(b, i)) for b in "ab" for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    winners = {branch for (branch, _), out in outputs.items() if out is not None}
+    assert sorted(winners) == ["a", "b"] and sum(out is not None for out in outputs.values()) == 2
+    # each branch resumed exactly once, and the step completed: join ran once, with both answers
+    assert sorted(name for name, _ in ran) == ["a", "b", "join"]
+    answers = {name: answer for name, answer in ran if name != "join"}
+    assert ran[-1] == ("join", sorted(f"{n}={a}" for n, a in answers.items()))
+    state = first.get_state(config)
+    assert state.next == () and not state.interrupts and state.values["log"][-1] == "join"
+    # nothing waits now: late callers get None, nothing runs again, the questions are consumed
+    assert resume_once(first, config, {a_id: "late", b_id: "late"}) is None and len(ran) == 3
+    assert list(questions.list("langgraph/deploy-9/")) == []
+
+
+def test_a_resume_map_resumes_only_the_interrupts_it_names(tmp_path: Path) -> None:
+    from berth.langgraph import resume_once
+
+    ran: list[Any] = []
+    config = {"configurable": {"thread_id": "t1"}}
+    graph = _branches_graph(BerthSaver(berth.open_store(f"sqlite:///{tmp_path}/b.db", identity="ops",
+                                                        sealer=_sealer())), ran)  # fmt: skip
+    ids = {item.value: item.id for item in graph.invoke({"log": []}, config)["__interrupt__"]}
+    a_id, b_id = ids["may a go ahead?"], ids["may b go ahead?"]
+    out = resume_once(graph, config, {a_id: "yes"})
+    assert [i.id for i in out["__interrupt__"]] == [b_id] and ran == [("a", "yes")]
+    assert resume_once(graph, config, {a_id: "again"}) is None  # a is answered: its claim is taken
+    assert resume_once(graph, config, "no") == {"log": ["a=yes", "b=no", "join"]}  # one left: a plain value
+    assert ran == [("a", "yes"), ("b", "no"), ("join", ["a=yes", "b=no"])]

@@ -34,6 +34,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
@@ -46,6 +48,7 @@ from berth._errors import Expired, IntegrityError, TokenMismatch, where
 from berth._hitl import parse_approval
 from berth._plan import Plan, arun, call, run
 from berth._store import Listing, Parked, Store
+from berth._token import Token
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -62,6 +65,7 @@ try:
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
     from langgraph.checkpoint.serde.types import INTERRUPT
+    from langgraph.pregel._task_status import read_task_statuses
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("berth.langgraph needs langgraph: pip install 'berth[langgraph]'") from exc
 
@@ -86,6 +90,9 @@ T = TypeVar("T")
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_:@+=,")
 _SEGMENT_MAX = 180
 _PAGE = 100  # checkpoints loaded per batch while listing
+_INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")  # LangGraph's interrupt ids: xxh3-128 hex digests
+_LEASE = timedelta(minutes=15)  # how long one resume may hold a checkpoint before a waiter takes it over
+_LEASE_POLL = (0.005, 0.25)  # first and longest pause between looks at a held lease, in seconds
 
 
 def _segment(value: str) -> str:
@@ -135,6 +142,13 @@ def _prompt(value: Any) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
+def _ask_once(questions: Any, key: str, prompt: str, deadline: datetime, question_id: str) -> None:
+    """Ask, unless this very interrupt is already asked: one raised again (its branch re-run) keeps its answer."""
+    asked = questions.pending(key)
+    if asked is None or asked.id != question_id:
+        questions.ask(key, prompt, deadline=deadline, question_id=question_id)
+
+
 class _SyncIO:
     """The store calls a saver's plans make, over a `berth.Store`."""
 
@@ -142,8 +156,23 @@ class _SyncIO:
         self.store = store
         self.questions = _questions_over(store)
 
-    def ask(self, key: str, prompt: str, deadline: datetime) -> None:
-        self.questions.ask(key, prompt, deadline=deadline)
+    def ask(self, key: str, prompt: str, deadline: datetime, question_id: str) -> None:
+        _ask_once(self.questions, key, prompt, deadline, question_id)
+
+    def consume(self, key: str, question_id: str) -> None:
+        self.questions.consume(key, question_id)
+
+    def exists(self, key: str) -> bool:
+        return self.store.load(key, allow_expired=True) is not None
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def clear_expired(self, key: str) -> None:
+        try:
+            self.store.load(key)
+        except Expired as exc:
+            self.delete(key, exc.token)
 
     def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
         return list(self.store.list(prefix, limit=limit, reverse=reverse))
@@ -174,8 +203,23 @@ class _AsyncIO:
         self.store = store
         self.questions = _questions_over(store.sync)
 
-    async def ask(self, key: str, prompt: str, deadline: datetime) -> None:
-        await asyncio.to_thread(self.questions.ask, key, prompt, deadline=deadline)
+    async def ask(self, key: str, prompt: str, deadline: datetime, question_id: str) -> None:
+        await asyncio.to_thread(_ask_once, self.questions, key, prompt, deadline, question_id)
+
+    async def consume(self, key: str, question_id: str) -> None:
+        await asyncio.to_thread(self.questions.consume, key, question_id)
+
+    async def exists(self, key: str) -> bool:
+        return await self.store.load(key, allow_expired=True) is not None
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def clear_expired(self, key: str) -> None:
+        try:
+            await self.store.load(key)
+        except Expired as exc:
+            await self.delete(key, exc.token)
 
     async def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
         return [item async for item in self.store.list(prefix, limit=limit, reverse=reverse)]
@@ -212,6 +256,26 @@ def _thread_of(config: RunnableConfig) -> str:
 
 def _config(thread: str, ns: str, cid: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+
+def _is_resume_map(value: Any) -> bool:
+    """LangGraph's own test: a non-empty dict keyed by interrupt ids resumes each interrupt it names."""
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and all(isinstance(k, str) and _INTERRUPT_ID.fullmatch(k) for k in value)
+    )
+
+
+class _Claim:
+    """What one resumer won: the resume map to run with, and the checkpoint's run lease it holds."""
+
+    __slots__ = ("lease_key", "lease_token", "resume")
+
+    def __init__(self, resume: dict[str, Any], lease_key: str, lease_token: Token):
+        self.resume = resume
+        self.lease_key = lease_key
+        self.lease_token = lease_token
 
 
 class _SaverCore(BaseCheckpointSaver[Any]):
@@ -439,14 +503,28 @@ class _SaverCore(BaseCheckpointSaver[Any]):
                     merged[idx] = write
             condition = {"if_match": parked.token}
 
+    def _question_key(self, thread: str, ns: str, cid: str, interrupt_id: str) -> str:
+        return f"{self._ns_prefix(thread, ns)}q/{_segment(cid)}/{_segment(interrupt_id)}"
+
+    def _claim_key(self, thread: str, ns: str, cid: str, interrupt_id: str) -> str:
+        return f"{self._ns_prefix(thread, ns)}r/{_segment(cid)}/{_segment(interrupt_id)}"
+
     def _ask(self, thread: str, ns: str, cid: str, task: str, writes: Sequence[tuple[str, Any]]) -> Plan[None]:
-        """Park each interrupt among `writes` as a berth question (`berth questions`, the inbox)."""
+        """Park each interrupt among `writes` as a berth question (`berth questions`, the inbox).
+
+        One question per interrupt, keyed and identified by the interrupt's id, so parallel
+        branches that each interrupt ask one question each, and an answer names its interrupt.
+        """
         for channel, value in writes:
             if channel != INTERRUPT:
                 continue
             for i, item in enumerate(value if isinstance(value, (list, tuple)) else [value], 1):
-                key = f"{self._ns_prefix(thread, ns)}q/{_segment(cid)}/{_segment(task)}/{i}"
-                yield call("io", "ask", key, _prompt(item), self.now() + self.default_deadline)
+                interrupt_id = str(getattr(item, "id", "") or f"{task}-{i}")
+                claimed = yield call("io", "exists", self._claim_key(thread, ns, cid, interrupt_id))
+                if claimed:  # raised again by a branch re-run while its own resume waits its turn
+                    continue
+                key = self._question_key(thread, ns, cid, interrupt_id)
+                yield call("io", "ask", key, _prompt(item), self.now() + self.default_deadline, interrupt_id)
         return None
 
     def _delete_thread(self, thread_id: str) -> Plan[None]:
@@ -503,32 +581,88 @@ class _SaverCore(BaseCheckpointSaver[Any]):
             )
         return None
 
-    def _claim(self, config: RunnableConfig, deadline: timedelta) -> Plan[bool]:
-        """Claim the resume of the interrupt the thread's latest checkpoint waits on: True for exactly one caller."""
+    def _claim(self, config: RunnableConfig, value: Any, deadline: timedelta) -> Plan[_Claim | None]:
+        """Claim the resume of the interrupts `value` answers: each for exactly one caller, then the run lease.
+
+        The thread's latest checkpoint names the interrupts still pending (LangGraph's rule: an
+        interrupt of a task with no output yet). A resume map (`{interrupt_id: value}`) claims each
+        id it names that is pending; a plain value claims the one pending interrupt. Every claim is
+        one conditional write (`if_absent`) keyed by thread, namespace, checkpoint and interrupt id:
+        the commit point, before the graph runs. A caller that wins any waits for the checkpoint's
+        run lease (so branches answered at once run one after the other, each seeing the other's
+        output, and the step completes), and gets the map of what it won; None when it won nothing.
+        """
         tup = yield from self._get_tuple(config)
-        if tup is None or not any(write[1] == INTERRUPT for write in tup.pending_writes or ()):
-            return False
+        if tup is None:
+            return None
+        statuses = read_task_statuses(tup.pending_writes or ())
+        pending = [item.id for status in statuses.values() for item in status.pending_interrupts]
+        if not pending:
+            return None
         conf = tup.config["configurable"]
         thread, ns, cid = conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"]
-        key = f"{self._ns_prefix(thread, ns)}r/{_segment(cid)}"
+        if _is_resume_map(value):
+            wanted = {iid: answer for iid, answer in value.items() if iid in pending}
+        elif len(pending) == 1:
+            wanted = {pending[0]: value}
+        else:
+            raise ValueError(
+                f"thread {thread!r} waits on {len(pending)} interrupts ({', '.join(sorted(pending))}): "
+                "resume with a map {interrupt_id: value} naming the ones answered"
+            )
         asked = datetime.fromisoformat(tup.checkpoint["ts"])
         if asked.tzinfo is None:
             asked = asked.replace(tzinfo=timezone.utc)
         due = asked + deadline
         if self.now() >= due:
+            key = f"{self._ns_prefix(thread, ns)}r/{_segment(cid)}"
             raise Expired(
                 f"the interrupt at {where(self.identity, key)} passed its deadline {due.isoformat()}: never resumed",
                 identity=self.identity,
                 key=key,
                 deadline=due,
             )
-        body = {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}
-        claim = Envelope(provider=PROVIDER, provider_state=orjson.dumps(body), reason="resume claimed", deadline=due)
-        try:  # the commit point: one conditional write, before the graph runs
-            yield call("io", "save", key, claim, if_absent=True)
-        except TokenMismatch:
-            return False
-        return True
+        won: dict[str, Any] = {}
+        for iid, answer in wanted.items():
+            body = {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid, "interrupt_id": iid}
+            claim = Envelope(
+                provider=PROVIDER, provider_state=orjson.dumps(body), reason="resume claimed", deadline=due
+            )
+            try:  # the commit point: one conditional write per interrupt, before the graph runs
+                yield call("io", "save", self._claim_key(thread, ns, cid, iid), claim, if_absent=True)
+            except TokenMismatch:
+                continue
+            won[iid] = answer
+        if not won:
+            return None
+        for iid in won:
+            yield call("io", "consume", self._question_key(thread, ns, cid, iid), iid)
+        lease_key = f"{self._ns_prefix(thread, ns)}l/{_segment(cid)}"
+        token = yield from self._lease(lease_key, {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid})
+        return _Claim(won, lease_key, token)
+
+    def _lease(self, key: str, body: dict[str, str]) -> Plan[Token]:
+        """Hold the run lease of one checkpoint: wait while another resume runs there (or until its lease lapses)."""
+        pause = _LEASE_POLL[0]
+        while True:
+            lease = Envelope(
+                provider=PROVIDER,
+                provider_state=orjson.dumps(body),
+                reason="resume running",
+                deadline=self.now() + _LEASE,
+            )
+            try:
+                token: Token = yield call("io", "save", key, lease, if_absent=True)
+            except TokenMismatch:
+                yield call("io", "clear_expired", key)  # a resumer that died holding it
+                yield call("io", "sleep", pause)
+                pause = min(pause * 2, _LEASE_POLL[1])
+                continue
+            return token
+
+    def _release(self, claim: _Claim) -> Plan[None]:
+        yield call("io", "delete", claim.lease_key, claim.lease_token)
+        return None
 
     # -- the BaseCheckpointSaver API ----------------------------------------------------------
 
@@ -691,29 +825,40 @@ def _check_deadline(deadline: timedelta) -> timedelta:
 
 
 def resume_once(graph: Any, config: RunnableConfig, value: Any, *, deadline: timedelta = DEFAULT_DEADLINE) -> Any:
-    """Resume the thread's pending interrupt with `Command(resume=value)` for exactly one caller.
+    """Resume the thread's pending interrupt(s) with `value` for exactly one caller per interrupt.
 
-    The claim -- one conditional write (`save(..., if_absent=True)`) under the thread, namespace and
-    checkpoint id the interrupt was written at -- is the commit point, made before the graph runs:
-    of any number of callers racing in any process, one wins and gets the graph's output; the
-    others, and any caller when the thread waits on no interrupt, get `None`.
+    The claim -- one conditional write (`save(..., if_absent=True)`) per interrupt, under the thread,
+    namespace, checkpoint id and interrupt id -- is the commit point, made before the graph runs:
+    of any number of callers racing in any process, one wins each interrupt and gets the graph's
+    output; the others, and any caller when the thread waits on no interrupt, get `None`.
+
+    Several pending interrupts (parallel branches that each called `interrupt()`): pass LangGraph's
+    resume map, `{interrupt_id: value, ...}` (the ids are `Interrupt.id`, and the berth question's
+    id); each id is claimed on its own and the graph runs with `Command(resume=<the ids won>)`.
+    Resumes of different interrupts of one checkpoint run one after the other (a run lease), so
+    the step completes once every branch has its answer.
 
     Args:
         graph: a compiled graph whose checkpointer is a `BerthSaver` or `AsyncBerthSaver`.
         config: the thread's config (`{"configurable": {"thread_id": ...}}`).
-        value: what `interrupt()` returns in the resumed node.
+        value: what `interrupt()` returns in the resumed node, or a map of interrupt id to that.
         deadline: how long after the interrupted checkpoint was written it may still be resumed.
 
     Raises:
         berth.Expired: the deadline passed; the interrupt is never resumed.
+        ValueError: the thread waits on several interrupts and `value` is not a resume map.
         TypeError: the graph's checkpointer is not a berth saver.
     """
     from langgraph.types import Command
 
     saver = _saver_of(graph)
-    if not saver._run(saver._claim(config, _check_deadline(deadline))):
+    claim = saver._run(saver._claim(config, value, _check_deadline(deadline)))
+    if claim is None:
         return None
-    return graph.invoke(Command(resume=value), config)
+    try:
+        return graph.invoke(Command(resume=claim.resume), config)
+    finally:
+        saver._run(saver._release(claim))
 
 
 async def aresume_once(
@@ -723,6 +868,10 @@ async def aresume_once(
     from langgraph.types import Command
 
     saver = _saver_of(graph)
-    if not await saver._async_run(saver._claim(config, _check_deadline(deadline))):
+    claim = await saver._async_run(saver._claim(config, value, _check_deadline(deadline)))
+    if claim is None:
         return None
-    return await graph.ainvoke(Command(resume=value), config)
+    try:
+        return await graph.ainvoke(Command(resume=claim.resume), config)
+    finally:
+        await saver._async_run(saver._release(claim))
