@@ -1,23 +1,26 @@
-"""`AesGcmSealer` and `Keyring`: AES-256-GCM under local keys the host controls."""
+"""`AesGcmSealer` and `Keyring`: AES-256-GCM under local keys the host controls.
+
+`cryptography` is imported on a sealer's first seal or open, not with `import berth`:
+it is the heaviest import berth has, and listing, the command line's help and the
+header-only commands never need it.
+"""
 
 from __future__ import annotations
 
 import base64
 import os
-import secrets
-import shlex
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import pairwise
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from berth._atomic import make_dirs, remove_stale_temps, write_atomic
 from berth._errors import IntegrityError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 __all__ = ["AesGcmSealer", "Keyring"]
 
@@ -26,6 +29,20 @@ _TAG = 16
 _FORMAT = 1
 _KEYRING_FORMAT = 1
 _STREAM = 1 << 20  # bodies from this size are encrypted and decrypted piece by piece, never copied whole
+
+
+def new_aead(key: bytes) -> AESGCM:
+    """cryptography's `AESGCM` under `key` (cryptography is imported now, on first use)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    return AESGCM(key)
+
+
+def invalid_tag() -> type[Exception]:
+    """cryptography's `InvalidTag`, for `except invalid_tag():` (evaluated only when something was raised)."""
+    from cryptography.exceptions import InvalidTag
+
+    return InvalidTag
 
 
 def gcm_seal_parts(key: bytes, aead: AESGCM, nonce: bytes, head: bytes, parts: Sequence[bytes], aad: bytes) -> bytes:
@@ -38,6 +55,8 @@ def gcm_seal_parts(key: bytes, aead: AESGCM, nonce: bytes, head: bytes, parts: S
     total = sum(map(len, parts))
     if total < _STREAM:
         return b"".join((head, aead.encrypt(nonce, parts[0] if len(parts) == 1 else b"".join(parts), aad)))
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
     out = bytearray(len(head) + total + _TAG)
     view = memoryview(out)
     view[: len(head)] = head
@@ -65,6 +84,8 @@ def gcm_open_split(
     if n < _STREAM:
         plain = aead.decrypt(nonce, sealed, aad)
         return [plain[a:b] for a, b in pairwise(bounds)]
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
     dec = Cipher(algorithms.AES(key), modes.GCM(nonce, bytes(sealed[n:]))).decryptor()
     dec.authenticate_additional_data(aad)
     pieces = [dec.update(sealed[a:b]) for a, b in pairwise(bounds)]
@@ -96,14 +117,14 @@ class Keyring:
     def generate(cls) -> Keyring:
         """A keyring holding one fresh random key."""
         kid = _new_id()
-        return cls({kid: AESGCM.generate_key(bit_length=256)}, kid)
+        return cls({kid: os.urandom(32)}, kid)  # what AESGCM.generate_key(bit_length=256) returns
 
     def rotate(self) -> Keyring:
         """A keyring with a fresh primary key that still holds every older key."""
         kid = _new_id()
         while kid in self._keys:
             kid = _new_id()
-        return Keyring({**self._keys, kid: AESGCM.generate_key(bit_length=256)}, kid)
+        return Keyring({**self._keys, kid: os.urandom(32)}, kid)
 
     @property
     def primary(self) -> str:
@@ -155,8 +176,7 @@ class Keyring:
         no keyring-bearing temporary file for long: the next save or load in that directory
         removes it.
         """
-        path = Path(path)
-        make_dirs(path.parent)
+        make_dirs(os.path.dirname(os.path.abspath(path)))
         write_atomic(path, self.to_json(), clean_once=False)  # a keyring's temp copy holds every key
 
     @classmethod
@@ -177,10 +197,12 @@ class Keyring:
             ValueError: the file is not a berth keyring.
             OSError: the file cannot be read.
         """
-        remove_stale_temps(Path(path).parent)  # a killed save's temporary copy of the keys
+        remove_stale_temps(os.path.dirname(os.path.abspath(path)))  # a killed save's temporary copy of the keys
         with open(path, "rb") as f:
             mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
             if mode & 0o077 and not allow_readable:
+                import shlex
+
                 shown = os.fspath(path)
                 raise PermissionError(
                     f"keyring {shown!r} has mode {mode:04o}: others can read or change it, so berth will not use "
@@ -192,7 +214,7 @@ class Keyring:
 
 
 def _new_id() -> str:
-    return secrets.token_hex(4)
+    return os.urandom(4).hex()  # secrets.token_hex(4), without importing secrets (and hmac) at start-up
 
 
 class AesGcmSealer:
@@ -209,7 +231,7 @@ class AesGcmSealer:
             raise TypeError("AesGcmSealer needs a berth.Keyring (Keyring.generate() or Keyring.load(path))")
         self._keyring = keyring
         self._keys = {kid: keyring.key(kid) or b"" for kid in keyring.key_ids}
-        self._aead = {kid: AESGCM(key) for kid, key in self._keys.items()}
+        self._aead: dict[str, AESGCM] = {}  # made on a key's first seal or open (imports cryptography then)
         self._nonce: Callable[[], bytes] = lambda: os.urandom(_NONCE)  # tests inject a fixed nonce here
 
     @property
@@ -232,7 +254,12 @@ class AesGcmSealer:
         nonce = self._nonce()
         kid_b = kid.encode()
         out = b"".join((head, bytes((_FORMAT, len(kid_b))), kid_b, nonce))
-        return gcm_seal_parts(self._keys[kid], self._aead[kid], nonce, out, parts, aad)
+        aead = self._aead.get(kid) or self._new_aead(kid)
+        return gcm_seal_parts(self._keys[kid], aead, nonce, out, parts, aad)
+
+    def _new_aead(self, kid: str) -> AESGCM:
+        aead = self._aead[kid] = new_aead(self._keys[kid])
+        return aead
 
     def open(self, sealed: bytes, *, aad: bytes) -> bytes:
         """Decrypt with whichever held key the sealed bytes name; `IntegrityError` otherwise."""
@@ -251,12 +278,12 @@ class AesGcmSealer:
             kid = bytes(view[2 : 2 + n]).decode()
         except UnicodeDecodeError:
             raise IntegrityError("aes-gcm sealed body names no valid key id") from None
-        aead = self._aead.get(kid)
+        aead = self._aead.get(kid) or (self._new_aead(kid) if kid in self._keys else None)
         if aead is None:
             raise IntegrityError(f"sealed under key id {kid!r}, which this keyring does not hold")
         try:
             return gcm_open_split(self._keys[kid], aead, bytes(view[2 + n : start]), view[start:], aad, cuts)
-        except InvalidTag:
+        except invalid_tag():
             raise IntegrityError("aes-gcm authentication failed: tampered, moved or wrong key") from None
 
     def can_open(self, sealer: str, key_id: str) -> bool:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import stat
 import threading
 from collections.abc import Sequence
@@ -124,10 +123,10 @@ def write_atomic(
         directory, name = os.path.split(path)
         directory = directory or "."
         remove_stale_temps(directory, once=clean_once)
-        tmp = f"{directory}/.{name}.tmp-{os.getpid()}-{secrets.token_hex(6)}"
+        tmp = f"{directory}/.{name}.tmp-{os.getpid()}-{os.urandom(6).hex()}"
     else:
         directory, name = "", path
-        tmp = f".tmp-{os.getpid()}-{secrets.token_hex(6)}"  # a directory of frames: `.tmp-<pid>-<random>`
+        tmp = f".tmp-{os.getpid()}-{os.urandom(6).hex()}"  # a directory of frames: `.tmp-<pid>-<random>`
     parts = (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import hmac
-import secrets
+import os
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
@@ -85,7 +85,7 @@ class SealedCheckpointStore:
             raise TypeError(f"checkpoint key must be a str, got {type(key).__name__}")
         name = validate_key(self.prefix + key, self.store.identity)
         data = bytes(data)
-        nonce = secrets.token_hex(_NONCE_HEX // 2)
+        nonce = os.urandom(_NONCE_HEX // 2).hex()
         now = self.store.now()
         deadline = now + self.ttl if self.ttl is not None else None
         try:  # JSON bytes with no surrounding space ride verbatim; anything else as base64

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import logging
-import secrets
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -204,7 +204,7 @@ class Coordinator:
         if question is not None and not isinstance(question, str):
             raise TypeError(f"question must be a str or None, got {type(question).__name__}")
         now = self._clock()
-        question_id = secrets.token_hex(16)
+        question_id = os.urandom(16).hex()
         labels = dict(envelope.labels)
         labels[QUESTION_LABEL] = question_id
         envelope = envelope.replace(

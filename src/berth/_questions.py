@@ -20,7 +20,7 @@ attached to the wrong question.
 from __future__ import annotations
 
 import logging
-import secrets
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -296,7 +296,7 @@ class QuestionStore:
         _text(prompt, "prompt")
         _text(run_id, "run_id")
         if question_id is None:
-            question_id = secrets.token_hex(16)
+            question_id = os.urandom(16).hex()
         elif not _text(question_id, "question_id"):
             raise InvalidKey(f"empty question id at {where(self.identity, key)}", identity=self.identity, key=key)
         question = Question(question_id, key, run_id, prompt, self._clock())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote
 
 __all__ = ["redact_text", "redact_url"]
 
@@ -52,6 +51,8 @@ def redact_url(url: str) -> str:
 
 
 def _secrets(url: str) -> set[str]:
+    from urllib.parse import unquote  # here: `import berth` stays without urllib (and ipaddress)
+
     found: set[str] = set()
     span = _userinfo(url)
     if span is not None:

@@ -10,9 +10,8 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from berth._atomic import make_dirs, write_atomic
 from berth._codec import MAX_HEADER, PREFIX_SIZE, Header, header_size, open_frame, peek_header, seal_frame
@@ -37,6 +36,9 @@ from berth._sealer import PartsSealer, Sealer, as_parts, check_sealer
 from berth._token import Token
 from berth.backends import Backend, open_backend
 from berth.backends._bulk import delete_many, get_many, sorted_heads
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "DEFAULT_MAX_ENVELOPE_BYTES",
@@ -908,6 +910,8 @@ def save_checkpoint(path: str | os.PathLike[str], envelope: Envelope, *, sealer:
         InvalidEnvelope, EnvelopeTooLarge: as `Store.save`.
         BackendError: the file could not be written; any previous file is intact.
     """
+    from pathlib import Path  # imported here: `import berth` stays without pathlib
+
     path = Path(path)
     store, key = _checkpoint_store(path, sealer)
     frame = store._build(key, envelope)
@@ -928,6 +932,8 @@ def load_checkpoint(
         Expired: past its deadline (unless `allow_expired`).
         IntegrityError, FormatError: as `Store.load`.
     """
+    from pathlib import Path  # imported here: `import berth` stays without pathlib
+
     path = Path(path)
     store, key = _checkpoint_store(path, sealer)
     with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW | os.O_NONBLOCK)) as f:
