@@ -17,7 +17,7 @@ DESIGN_NAMES = {
     # DESIGN.md names these; they are fixed.
     "AesGcmSealer", "Answer", "BackendError", "BerthError", "ConfigDrift", "Coordinator",
     "ENVELOPE_VERSION", "Envelope", "EnvelopeTooLarge", "Expired", "FormatError", "IntegrityError",
-    "InvalidEnvelope", "InvalidKey", "Keyring", "KmsSealer", "Listing", "MultiSealer", "Parked",
+    "AuditReport", "InvalidEnvelope", "InvalidKey", "Keyring", "KmsSealer", "Listing", "MultiSealer", "Parked",
     "PendingCall", "PlaintextSealer", "Question", "Store", "Token", "TokenMismatch", "Wake",
     "WakeDecision", "check_resumable", "checkpoint_store", "digest_file", "digest_json", "frame_answer", "kms",
     "load_checkpoint", "open_questions", "open_store", "save_checkpoint", "sealer_from_env",

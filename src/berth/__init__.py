@@ -52,6 +52,7 @@ from berth._store import (
     save_checkpoint,
 )
 from berth._token import Token
+from berth._witness import AuditReport
 from berth.backends import Backend
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ __all__ = [
     "AesGcmSealer",
     "Answer",
     "AnswerRefused",
+    "AuditReport",
     "Backend",
     "BackendError",
     "BerthError",

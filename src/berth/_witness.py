@@ -1,0 +1,462 @@
+"""The witness: a second backend where berth records, sealed, the latest frame of each key and how it left.
+
+A frame proves itself, not that it is the latest one for its key. A store opened
+with `witness=URL` keeps, for each key, one *record* in that second backend
+(named `{identity}:witness/{key}`, sealed by the store's sealer and bound to the
+identity and key as associated data, so it cannot be edited, forged or moved to
+another key without the keys):
+
+    seq, digest, token   the newest frame the witness saw land: its sequence number (also in
+                         the frame's authenticated header), the SHA-256 of its bytes, and the
+                         store generation it landed at
+    state                parked, or how it left: claimed, expired, drifted, swept, deleted
+    pending              (seq, digest) of frames being written, not yet seen landed
+    leave                (seq, how): a claim, sweep or delete of that frame has begun
+    top                  the highest sequence number handed out for the key
+
+Records are per key, each written by compare-and-swap on the witness backend's
+own generation: writers on many hosts never serialise on a global counter, and a
+key's sequence numbers only grow. The frame's header carries the same `seq`, so
+each side checks the other: an older frame put back has a lower `seq` than the
+record (replayed); a frame missing while the record says parked was deleted
+without a claim (missing); a frame with no record, or one the record never named,
+was never saved through this witness (unknown); a record rolled back to an older
+version names a lower `seq` than the frame in place (unknown). A whole store
+restored from an older copy is all three, key by key.
+
+Write order (each step durable before the next), and why a SIGKILL anywhere is safe:
+
+    save   1 read the frame (its token) and the record   (nothing written)
+           2 record += pending (seq, digest)             killed here: the old frame is still the
+                                                          latest and opens; the candidate never landed
+           3 frame put, conditional on the token read    killed here: the new frame is a pending
+             in 1 (store order = sequence order)          candidate: it opens, and the next writer or
+                                                          claimer settles it
+           4 record: seq, digest, token; state parked    done
+    leave  1 read the frame and the record
+           2 record: this frame committed with its       killed here: the frame is still there and
+             token, leave = (seq, how)                    opens (a claim in flight)
+           3 frame delete, conditional on its token      killed here: gone with an intent: None, and
+             (the claim's commit point)                   a re-put of it has another token: replayed
+           4 record: state = how                          done
+
+A load reads the frame, then the record, and judges; a bad verdict is reported
+only if the frame did not change meanwhile (so a concurrent save or claim is never
+taken for an attack). Everything here is I/O as plans (`berth._plan`): `Store`
+runs them, `berth.aio.AsyncStore` awaits them, over the roles "frames" (the
+store's backend) and "witness" (the witness backend).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import msgspec
+
+from berth._codec import FORMAT_VERSION, MAGIC, build_aad, peek_header
+from berth._errors import BackendError, BerthError, FormatError, IntegrityError, TokenMismatch, where
+from berth._plan import Plan, call, run
+from berth._sealer import Sealer
+from berth._token import Token
+
+if TYPE_CHECKING:
+    from berth._store import Parked, Store
+
+__all__ = ["AuditReport", "Witness"]
+
+log = logging.getLogger("berth")
+
+PARKED = "parked"
+LEFT = ("claimed", "expired", "drifted", "swept", "deleted")
+_RECORD_MAGIC = b"\x89BWITNS\n"
+_HEAD = b'{"witness":1}'
+_TRIES = 200
+
+# verdicts
+OK, PENDING, GONE = "ok", "pending", "gone"
+MISSING, REPLAYED, UNKNOWN = "missing", "replayed", "unknown"
+_GOOD = (OK, PENDING, GONE)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReport:
+    """What `store.audit()` found, comparing every frame with its witness record.
+
+    `missing`: keys the witness saw parked whose frame is gone without a claim, sweep or
+    delete. `replayed`: keys holding an older frame than the latest the witness saw (or a
+    frame that already left). `unknown`: keys holding a frame the witness never saw.
+    `tampered`: keys whose witness record does not open (edited, truncated, moved).
+    A store rolled back to an older copy shows up in all of them.
+    """
+
+    missing: tuple[str, ...] = ()
+    replayed: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
+    tampered: tuple[str, ...] = ()
+    checked: int = 0
+    """How many keys (frames or witness records) were compared."""
+
+    @property
+    def ok(self) -> bool:
+        """True when every frame is the latest its witness saw and none is missing."""
+        return not (self.missing or self.replayed or self.unknown or self.tampered)
+
+
+class Record(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One key's witness record (see the module docstring)."""
+
+    key: str
+    seq: int = 0
+    digest: str = ""
+    token: int | str | None = None
+    state: str = "none"
+    pending: tuple[tuple[int, str], ...] = ()
+    leave: tuple[int, str] | None = None
+    top: int = 0
+
+
+_record_decoder = msgspec.json.Decoder(Record)
+_encoder = msgspec.json.Encoder()
+
+
+class FrameInfo(NamedTuple):
+    """What the witness compares of a frame: its header's seq (None if absent), digest and token."""
+
+    seq: int | None
+    digest: str
+    token: Token
+
+
+class Snapshot(NamedTuple):
+    """A consistent read of one key: the frame, its record, the record's witness token, the verdict."""
+
+    found: tuple[bytes, Token] | None
+    info: FrameInfo | None
+    record: Record | None
+    wtoken: Token | None
+    verdict: str
+
+
+def judge(rec: Record | None, info: FrameInfo | None) -> str:
+    """The verdict on a frame (or its absence) given the key's witness record."""
+    if info is None:
+        if rec is None or rec.state != PARKED:
+            return GONE
+        if rec.leave is not None and rec.leave[0] == rec.seq:
+            return GONE  # a claim, sweep or delete of it began: it left
+        return MISSING
+    if rec is None or info.seq is None:
+        return UNKNOWN
+    if info.seq == rec.seq and info.digest == rec.digest:
+        if rec.state == PARKED and (rec.token is None or rec.token == info.token.value):
+            return OK
+        return REPLAYED  # it left, or it was put back (another generation)
+    if info.seq > rec.seq and (info.seq, info.digest) in rec.pending:
+        return PENDING
+    if info.seq < rec.seq:
+        return REPLAYED
+    return UNKNOWN
+
+
+def settle(rec: Record, snap: Snapshot) -> Record:
+    """`rec` with what the snapshot proves: a pending frame in place landed; a frame gone with an intent left."""
+    info = snap.info
+    if snap.verdict == PENDING and info is not None and info.seq is not None:
+        return _committed(rec, info.seq, info.digest, info.token.value)
+    if snap.verdict == GONE and info is None and rec.state == PARKED and rec.leave is not None:
+        return msgspec.structs.replace(rec, state=rec.leave[1], leave=None)
+    return rec
+
+
+def _committed(rec: Record, seq: int, digest: str, token: int | str) -> Record:
+    return msgspec.structs.replace(
+        rec,
+        seq=seq,
+        digest=digest,
+        token=token,
+        state=PARKED,
+        leave=None,
+        pending=tuple(p for p in rec.pending if p[0] > seq),
+        top=max(rec.top, seq),
+    )
+
+
+def frame_info(found: tuple[bytes, Token] | None, identity: str, key: str) -> FrameInfo | None:
+    """The seq, digest and token of what the store holds under `key` (seq None if the header has none)."""
+    if found is None:
+        return None
+    data, token = found
+    try:
+        seq = peek_header(data, identity, key)[0].seq
+    except (FormatError, IntegrityError, TypeError, ValueError):
+        seq = None
+    return FrameInfo(seq, hashlib.sha256(data).hexdigest(), token)
+
+
+def _token_of(found: tuple[bytes, Token] | None) -> Token | None:
+    return None if found is None else found[1]
+
+
+class Witness:
+    """The witness of one store: its backend, and the plans that read and write its records."""
+
+    def __init__(self, backend: Any, *, identity: str, sealer: Sealer):
+        self.backend = backend
+        self.identity = identity
+        self._sealer = sealer
+        self._prefix = identity + ":witness/"
+
+    def __repr__(self) -> str:
+        return f"Witness({self.backend!r})"
+
+    def name(self, key: str) -> str:
+        """The witness backend's name for `key`'s record."""
+        return self._prefix + key
+
+    def _aad(self, key: str) -> bytes:
+        head = b"".join((MAGIC, bytes([FORMAT_VERSION]), len(_HEAD).to_bytes(4, "big"), _HEAD))
+        return build_aad(head, self.identity, key)
+
+    # --- records ----------------------------------------------------------------------------
+
+    def seal(self, rec: Record) -> bytes:
+        """A record's stored bytes: a magic, then the record sealed and bound to identity and key."""
+        return _RECORD_MAGIC + self._sealer.seal(_encoder.encode(rec), aad=self._aad(rec.key))
+
+    def record(self, key: str, found: tuple[bytes, Token] | None) -> tuple[Record | None, Token | None]:
+        """The record stored under `key` (opened and checked) and its witness token, or (None, None).
+
+        Raises `IntegrityError` when it does not open: edited, truncated, moved, forged.
+        """
+        if found is None:
+            return None, None
+        data, token = found
+        try:
+            if not isinstance(data, (bytes, bytearray, memoryview)) or bytes(data[:8]) != _RECORD_MAGIC:
+                raise IntegrityError("not a witness record")
+            rec = _record_decoder.decode(self._sealer.open(bytes(data[8:]), aad=self._aad(key)))
+            if rec.key != key or rec.state not in (PARKED, "none", *LEFT):
+                raise IntegrityError("a record of another key")
+        except BerthError as exc:
+            if not isinstance(exc, IntegrityError | FormatError):
+                raise
+            why = "does not open"
+        except Exception as exc:  # a decode error or a sealer's own failure: fail closed
+            why = f"does not open ({type(exc).__name__})"
+        else:
+            return rec, token
+        raise IntegrityError(
+            f"witness record for {where(self.identity, key)} {why}: edited, truncated or moved",
+            identity=self.identity,
+            key=key,
+        )
+
+    # --- reading one key consistently ---------------------------------------------------------
+
+    def snapshot(self, name: str, key: str) -> Plan[Snapshot]:
+        """Read the frame, then the record, and judge; a bad verdict stands only if the frame did not
+        change meanwhile (a save or claim racing the read is never taken for an attack)."""
+        for _ in range(_TRIES):
+            found = yield call("frames", "get", name)
+            rec, wtoken = self.record(key, (yield call("witness", "get", self.name(key))))
+            info = frame_info(found, self.identity, key)
+            verdict = judge(rec, info)
+            if verdict in _GOOD:
+                return Snapshot(found, info, rec, wtoken, verdict)
+            again = yield call("frames", "get", name)
+            if _token_of(again) == _token_of(found):
+                return Snapshot(found, info, rec, wtoken, verdict)
+        raise BackendError(f"the witness of {where(self.identity, key)} kept changing under the read: try again")
+
+    def refuse(self, key: str, snap: Snapshot) -> None:
+        """Raise `IntegrityError` for a snapshot whose frame is not the latest, or is missing."""
+        verdict, rec, info = snap.verdict, snap.record, snap.info
+        if verdict in _GOOD:
+            return
+        if verdict == MISSING:
+            assert rec is not None
+            why = (
+                f"is missing: the witness saw frame {rec.seq} parked and no claim, sweep or delete of it "
+                "(deleted without a claim, or the store was rolled back)"
+            )
+        elif verdict == REPLAYED:
+            assert rec is not None and info is not None
+            seen = f"frame {rec.seq} {rec.state}"
+            why = (
+                f"holds frame {info.seq}, not the latest: the witness saw {seen} "
+                "(an older frame put back, or the store was rolled back)"
+            )
+        else:
+            named = "no sequence number" if info is None or info.seq is None else f"sequence number {info.seq}"
+            seen = "no record of the key" if rec is None else f"frame {rec.seq} {rec.state}"
+            why = f"holds a frame the witness never saw ({named}; the witness has {seen})"
+        raise IntegrityError(f"frame at {where(self.identity, key)} {why}", identity=self.identity, key=key)
+
+    # --- plans ------------------------------------------------------------------------------
+
+    def load(self, store: Store, key: str, allow_expired: bool) -> Plan[Parked | None]:
+        """`Store.load` with the witness: the frame opens, then must be the latest the witness saw."""
+        name = store._name(key)
+        snap = yield from self.snapshot(name, key)
+        parked = store._opened(key, snap.found, True)  # a changed frame is refused as such first
+        self.refuse(key, snap)
+        if parked is not None and not allow_expired:
+            store._check_deadline(key, parked)
+        return parked
+
+    def save(
+        self,
+        store: Store,
+        key: str,
+        build: Callable[[int], bytes],
+        if_absent: bool,
+        if_match: Token | None,
+        *,
+        strict: bool = False,
+    ) -> Plan[Token]:
+        """`Store.save` with the witness: record the candidate, write the frame, record that it landed.
+
+        `strict` (reseal) refuses to write over a frame the witness does not stand behind.
+        """
+        name = store._name(key)
+        for _ in range(_TRIES):
+            snap = yield from self.snapshot(name, key)
+            current = _token_of(snap.found)
+            if (if_absent and current is not None) or (if_match is not None and current != if_match):
+                raise TokenMismatch(
+                    f"save lost at {where(self.identity, key)}: the token no longer matches what is parked",
+                    identity=self.identity,
+                    key=key,
+                )
+            if strict:
+                self.refuse(key, snap)
+            if snap.verdict not in _GOOD:
+                log.warning("berth: saving over %s although %s", where(self.identity, key), snap.verdict)
+            rec = settle(snap.record or Record(key), snap)
+            seq = max(rec.top, rec.seq, *(p[0] for p in rec.pending)) + 1
+            frame = build(seq)
+            digest = hashlib.sha256(frame).hexdigest()
+            rec = msgspec.structs.replace(rec, pending=(*rec.pending, (seq, digest)), top=seq)
+            try:
+                wtoken = yield from self._put(rec, snap.wtoken)
+            except TokenMismatch:
+                continue  # another writer of this key: read again
+            try:
+                token: Token = yield call("frames", "put", name, frame, if_match=current, if_absent=current is None)
+            except TokenMismatch:
+                if if_absent or if_match is not None:
+                    raise
+                continue  # another save landed first: this candidate never will; take a newer seq
+            yield from self._update(key, rec, wtoken, functools.partial(_landed, seq=seq, digest=digest, token=token))
+            return token
+        raise BackendError(f"save at {where(self.identity, key)} kept losing to other writers of the key")
+
+    def leave(self, store: Store, key: str, token: Token, how: str) -> Plan[None]:
+        """`Store.delete` (and a claim's or sweep's delete) with the witness: intent, delete, record how it left."""
+        name = store._delete_name(key, token)
+        for _ in range(_TRIES):
+            snap = yield from self.snapshot(name, key)
+            if snap.found is None or snap.found[1] != token:
+                raise TokenMismatch(
+                    f"{how} lost at {where(self.identity, key)}: the token no longer matches what is parked",
+                    identity=self.identity,
+                    key=key,
+                )
+            info = snap.info
+            if snap.verdict not in (OK, PENDING) or info is None or info.seq is None:
+                # Not a frame the witness stands behind: remove it, leave the record as it is.
+                yield call("frames", "delete", name, token)
+                return None
+            seq = info.seq
+            rec = _committed(snap.record or Record(key), seq, info.digest, token.value)
+            rec = msgspec.structs.replace(rec, leave=(seq, how))
+            wtoken = snap.wtoken
+            if rec != snap.record:
+                try:
+                    wtoken = yield from self._put(rec, snap.wtoken)
+                except TokenMismatch:
+                    continue
+            yield call("frames", "delete", name, token)  # the commit point
+            assert wtoken is not None  # the record was written, or was already this one
+            yield from self._update(key, rec, wtoken, functools.partial(_gone, seq=seq, how=how))
+            return None
+        raise BackendError(f"{how} at {where(self.identity, key)} kept losing to other writers of the key")
+
+    def _put(self, rec: Record, wtoken: Token | None) -> Plan[Token]:
+        token: Token = yield call(
+            "witness", "put", self.name(rec.key), self.seal(rec), if_match=wtoken, if_absent=wtoken is None
+        )
+        return token
+
+    def _update(self, key: str, rec: Record, wtoken: Token, change: Callable[[Record], Record | None]) -> Plan[None]:
+        """Apply `change` to the record by compare-and-swap, re-reading it when another writer won."""
+        for _ in range(_TRIES):
+            new = change(rec)
+            if new is None:
+                return
+            try:
+                yield from self._put(new, wtoken)
+                return
+            except TokenMismatch:
+                pass
+            found_rec, found_token = self.record(key, (yield call("witness", "get", self.name(key))))
+            if found_rec is None or found_token is None:
+                return  # the record was removed: nothing to settle (audit reports the frame)
+            rec, wtoken = found_rec, found_token
+        raise BackendError(f"the witness of {where(self.identity, key)} kept changing: its record is left to settle")
+
+    # --- audit ---------------------------------------------------------------------------------
+
+    def audit(self, store: Store) -> AuditReport:
+        """Compare every frame with its record, and every record with its frame (sync: run by `Store.audit`)."""
+        bad: dict[str, list[str]] = {MISSING: [], REPLAYED: [], UNKNOWN: [], "tampered": []}
+        seen: set[str] = set()
+        targets = {"frames": store.backend, "witness": self.backend}
+        checked = 0
+        for key in self._keys(store):
+            if key in seen:
+                continue
+            checked += 1
+            try:
+                snap = run(self.snapshot(store._prefix + key, key), targets)
+            except IntegrityError:
+                bad["tampered"].append(key)
+                seen.add(key)
+                continue
+            if snap.verdict not in _GOOD:
+                bad[snap.verdict].append(key)
+                seen.add(key)
+        return AuditReport(
+            missing=tuple(sorted(bad[MISSING])),
+            replayed=tuple(sorted(bad[REPLAYED])),
+            unknown=tuple(sorted(bad[UNKNOWN])),
+            tampered=tuple(sorted(bad["tampered"])),
+            checked=checked,
+        )
+
+    def _keys(self, store: Store) -> Iterator[str]:
+        """Every key the store holds a frame for, then every key the witness holds a record for."""
+        frames = store._prefix
+        for name in store.backend.scan(frames):
+            yield name[len(frames) :]
+        for name in self.backend.scan(self._prefix):
+            key = name[len(self._prefix) :]
+            if store.backend.get(frames + key) is None:  # those with a frame were compared above
+                yield key
+
+
+def _landed(rec: Record, seq: int, digest: str, token: Token) -> Record | None:
+    if rec.seq >= seq:
+        return None  # settled already (a claimer promoted it), or superseded
+    return _committed(rec, seq, digest, token.value)
+
+
+def _gone(rec: Record, seq: int, how: str) -> Record | None:
+    if rec.seq != seq or rec.state != PARKED:
+        return None
+    return msgspec.structs.replace(rec, state=how, leave=None)
