@@ -13,6 +13,7 @@ codec take over it.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -20,10 +21,11 @@ from typing import Any, TypeVar
 from berth._codec import header_size
 from berth._envelope import Envelope
 from berth._errors import BackendError, TokenMismatch
-from berth._plan import arun
+from berth._plan import Plan, arun
 from berth._sealer import Sealer
 from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Parked, ResealReport, Store, _listing, _reraise
 from berth._token import Token
+from berth._witness import AuditReport
 from berth.backends._aio import AsyncBackend
 
 __all__ = ["OFF_LOOP_BYTES", "AsyncStore"]
@@ -51,21 +53,24 @@ class AsyncStore:
         accept_plaintext: bool = False,
         max_envelope_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
         clock: Callable[[], datetime] | None = None,
+        witness: AsyncBackend | None = None,
     ):
-        """Wrap an async backend (arguments as `berth.Store`'s).
+        """Wrap an async backend (arguments as `berth.Store`'s; `witness` an async backend too).
 
         The backend's sync twin (`backend.sync`, which every built-in one has) backs `.sync`.
         """
         self._core = Store(
-            getattr(backend, "sync", None) or _NoSyncTwin(backend),
+            _sync_twin(backend),
             identity=identity,
             sealer=sealer,
             accept_plaintext=accept_plaintext,
             max_envelope_bytes=max_envelope_bytes,
             clock=clock,
+            witness=None if witness is None else _sync_twin(witness),
         )
         self.backend = backend
         self._targets = {"store": self}
+        self._witness_backend = witness
 
     @classmethod
     def _over(cls, core: Store, backend: AsyncBackend) -> AsyncStore:
@@ -74,6 +79,7 @@ class AsyncStore:
         self._core = core
         self.backend = backend
         self._targets = {"store": self}
+        self._witness_backend = None
         return self
 
     @property
@@ -110,8 +116,17 @@ class AsyncStore:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Release the backend's connections and threads."""
+        """Release the backend's connections and threads (and the witness's)."""
         await self.backend.aclose()
+        if self._witness_backend is not None:
+            await self._witness_backend.aclose()
+
+    async def _witnessed(self, key: str, what: str, plan: Plan[T]) -> T:
+        """Await a witness plan (berth._witness) over this store's backend and its witness's."""
+        try:
+            return await arun(plan, {"frames": self.backend, "witness": self._witness_backend})
+        except Exception as exc:
+            _reraise(exc, self.identity, key, what)
 
     async def setup(self) -> None:
         """Create or migrate the backend's schema (idempotent), as `Store.setup`."""
@@ -134,6 +149,10 @@ class AsyncStore:
         core = self._core
         name = core._name(key)
         core._check_condition(key, if_absent, if_match)
+        if core._witness is not None:
+            core._check_envelope(key, envelope)
+            build = functools.partial(core._seal, key, envelope, envelope.created_at or core.now())
+            return await self._witnessed(key, "save", core._witness.save(core, key, build, if_absent, if_match))
         state = getattr(envelope, "provider_state", b"")
         frame = await self._cpu(len(state) if isinstance(state, bytes) else 0, core._build, key, envelope)
         try:
@@ -144,6 +163,8 @@ class AsyncStore:
     async def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
         """Open the envelope parked under `key`, as `Store.load`."""
         core = self._core
+        if core._witness is not None:
+            return await self._witnessed(key, "load", core._witness.load(core, key, allow_expired))
         name = core._name(key)
         try:
             found = await self.backend.get(name)
@@ -158,6 +179,8 @@ class AsyncStore:
         keys, names = core._names(keys)
         if not names:
             return []
+        if core._witness is not None:
+            return [await self.load(key, allow_expired=allow_expired) for key in keys]
         try:
             found = await self.backend.get_many(names)
         except Exception as exc:
@@ -167,7 +190,14 @@ class AsyncStore:
 
     async def delete(self, key: str, token: Token) -> None:
         """Remove the envelope under `key` only if `token` is current, as `Store.delete`."""
-        name = self._core._delete_name(key, token)
+        await self._remove(key, token, "deleted")
+
+    async def _remove(self, key: str, token: Token, how: str) -> None:
+        core = self._core
+        if core._witness is not None:
+            await self._witnessed(key, how, core._witness.leave(core, key, token, how))
+            return
+        name = core._delete_name(key, token)
         try:
             await self.backend.delete(name, token)
         except Exception as exc:
@@ -217,6 +247,9 @@ class AsyncStore:
             async for key, _header, token, _ in self._peeked(
                 self.backend.heads(core._prefix + prefix, core._head_read), prefix, "delete_prefix"
             ):
+                if core._witness is not None:  # one witnessed delete each, as Store.delete_prefix
+                    removed += await self._removed(key, token, "deleted")
+                    continue
                 batch.append((core._prefix + key, token))
                 if len(batch) >= core._delete_batch:
                     removed += sum(await self.backend.delete_many(batch))
@@ -241,16 +274,31 @@ class AsyncStore:
         ):
             if not core._is_expired(header, now):
                 continue
-            try:
-                await self.backend.delete(core._prefix + key, token)
-            except TokenMismatch:
-                continue
-            except Exception as exc:
-                _reraise(exc, self.identity, "*", "sweep")
+            if core._witness is not None:
+                if not await self._removed(key, token, "swept"):
+                    continue
+            else:
+                try:
+                    await self.backend.delete(core._prefix + key, token)
+                except TokenMismatch:
+                    continue
+                except Exception as exc:
+                    _reraise(exc, self.identity, "*", "sweep")
             removed += 1
             if on_removed is not None:
                 on_removed(_listing(key, header, token, size))
         return removed
+
+    async def _removed(self, key: str, token: Token, how: str) -> bool:
+        try:
+            await self._remove(key, token, how)
+        except TokenMismatch:
+            return False
+        return True
+
+    async def audit(self) -> AuditReport:
+        """Compare every frame with the witness's record of its key, as `Store.audit` (in a worker thread)."""
+        return await asyncio.to_thread(self._core.audit)
 
     async def reseal(self) -> ResealReport:
         """Re-seal every envelope not sealed by the sealer's current key, as `Store.reseal`."""
@@ -273,6 +321,12 @@ class AsyncStore:
             if found is None:
                 return False
             data, token = found
+            if core._witness is not None:
+                env = core._open(key, data)
+                assert env.created_at is not None
+                build = functools.partial(core._seal, key, env, env.created_at)
+                await self._witnessed(key, "reseal", core._witness.save(core, key, build, False, token, strict=True))
+                return True
             frame = await self._cpu(len(data), core._resealed, key, data)
             try:
                 await self.backend.put(name, frame, if_match=token)
@@ -281,6 +335,10 @@ class AsyncStore:
         except Exception as exc:
             return exc
         return True
+
+
+def _sync_twin(backend: AsyncBackend) -> Any:
+    return getattr(backend, "sync", None) or _NoSyncTwin(backend)
 
 
 class _NoSyncTwin:

@@ -311,7 +311,7 @@ class Coordinator:
             )
             return Wake(WakeDecision.REARM, reason="answer is to another question")
         try:
-            yield call("store", "delete", key, token)
+            yield call("store", "_remove", key, token, "claimed")  # how it left, for a witness
         except TokenMismatch:
             return Wake(WakeDecision.REARM, reason="another waker won")
         except BerthError as exc:
@@ -349,7 +349,7 @@ class Coordinator:
             if pending is not None and pending.run_id == envelope.run_id:
                 question_id = pending.id
         try:
-            yield call("store", "delete", key, token)
+            yield call("store", "_remove", key, token, why)  # expired or drifted, for a witness
         except TokenMismatch:
             return Wake(WakeDecision.FRESH, reason=f"{why}; removed by another waker")
         except BerthError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import stat
@@ -11,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 from berth._atomic import make_dirs, write_atomic
 from berth._codec import MAX_HEADER, PREFIX_SIZE, Header, header_size, open_frame, peek_header, seal_frame
@@ -34,6 +35,7 @@ from berth._plan import Plan, call, run
 from berth._redact import redact_url
 from berth._sealer import PartsSealer, Sealer, as_parts, check_sealer
 from berth._token import Token
+from berth._witness import AuditReport, Witness
 from berth.backends import Backend, open_backend
 from berth.backends._bulk import delete_many, get_many, sorted_heads
 
@@ -53,6 +55,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("berth")
+T = TypeVar("T")
 
 DEFAULT_MAX_ENVELOPE_BYTES = 64 * 1024 * 1024
 _HEAD_READ = 1024  # bytes read per frame when listing; a longer header falls back to a full read
@@ -219,6 +222,7 @@ class Store:
         accept_plaintext: bool = False,
         max_envelope_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
         clock: Callable[[], datetime] | None = None,
+        witness: Backend | None = None,
     ):
         self.identity = validate_identity(identity)
         if sealer is None:
@@ -238,6 +242,8 @@ class Store:
         self.max_envelope_bytes = max_envelope_bytes
         self._clock = clock or _utcnow
         self._prefix = identity + "/"
+        # The witness hooks (berth._witness): None keeps every call exactly as without one.
+        self._witness = None if witness is None else Witness(witness, identity=identity, sealer=sealer)
 
     @property
     def sealer(self) -> Sealer:
@@ -259,10 +265,11 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        """Release the backend's connections."""
-        close = getattr(self.backend, "close", None)
-        if close is not None:
-            close()
+        """Release the backend's connections (and the witness's)."""
+        for backend in (self.backend, None if self._witness is None else self._witness.backend):
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
 
     def setup(self) -> None:
         """Create or migrate the backend's schema (idempotent); backends that need none do nothing.
@@ -333,6 +340,10 @@ class Store:
         )
 
     def _build(self, key: str, env: Envelope) -> bytes:
+        self._check_envelope(key, env)
+        return self._seal(key, env, env.created_at or self._clock())
+
+    def _check_envelope(self, key: str, env: Envelope) -> None:
         if not isinstance(env, Envelope):
             raise InvalidEnvelope(
                 f"save at {where(self.identity, key)} needs a berth.Envelope, got {type(env).__name__}",
@@ -346,7 +357,6 @@ class Store:
                 identity=self.identity,
                 key=key,
             )
-        return self._seal(key, env, env.created_at or self._clock())
 
     def _seal(self, key: str, env: Envelope, created_at: datetime, seq: int | None = None) -> bytes:
         try:
@@ -393,6 +403,10 @@ class Store:
         """
         name = self._name(key)
         self._check_condition(key, if_absent, if_match)
+        if self._witness is not None:
+            self._check_envelope(key, envelope)
+            build = functools.partial(self._seal, key, envelope, envelope.created_at or self._clock())
+            return self._witnessed(key, "save", self._witness.save(self, key, build, if_absent, if_match))
         frame = self._build(key, envelope)
         try:
             return self.backend.put(name, frame, if_match=if_match, if_absent=if_absent)
@@ -436,6 +450,8 @@ class Store:
             FormatError: not a berth frame, or a newer format (left untouched).
             BackendError: the backend failed.
         """
+        if self._witness is not None:
+            return self._witnessed(key, "load", self._witness.load(self, key, allow_expired))
         name = self._name(key)
         try:
             found = self.backend.get(name)
@@ -459,6 +475,8 @@ class Store:
         keys, names = self._names(keys)
         if not names:
             return []
+        if self._witness is not None:
+            return [self.load(key, allow_expired=allow_expired) for key in keys]
         try:
             found = get_many(self.backend, names)
         except Exception as exc:
@@ -489,18 +507,31 @@ class Store:
         del found
         env = self._open(key, data)
         del data  # the sealed frame is not needed any more
+        parked = Parked(env, token)
         if not allow_expired and env.deadline is not None:
-            now = self._clock()
-            if now > env.deadline:
-                raise Expired(
-                    f"envelope at {where(self.identity, key)} passed its deadline "
-                    f"{env.deadline.isoformat()}: never resumed",
-                    identity=self.identity,
-                    key=key,
-                    deadline=env.deadline,
-                    token=token,
-                )
-        return Parked(env, token)
+            self._check_deadline(key, parked)
+        return parked
+
+    def _check_deadline(self, key: str, parked: Parked) -> None:
+        """Raise `Expired` (with the token, so a claim can remove it) if `parked` is past its deadline."""
+        env = parked.envelope
+        if env.deadline is not None and self._clock() > env.deadline:
+            raise Expired(
+                f"envelope at {where(self.identity, key)} passed its deadline "
+                f"{env.deadline.isoformat()}: never resumed",
+                identity=self.identity,
+                key=key,
+                deadline=env.deadline,
+                token=parked.token,
+            )
+
+    def _witnessed(self, key: str, what: str, plan: Plan[T]) -> T:
+        """Run a witness plan (berth._witness) over this store's backend and its witness's."""
+        assert self._witness is not None
+        try:
+            return run(plan, {"frames": self.backend, "witness": self._witness.backend})
+        except Exception as exc:
+            _reraise(exc, self.identity, key, what)
 
     def delete(self, key: str, token: Token) -> None:
         """Remove the envelope under `key` only if `token` is still its current generation.
@@ -514,6 +545,13 @@ class Store:
             TokenMismatch: the token is stale, zero, or nothing is parked.
             BackendError: the backend failed; the envelope may or may not be gone.
         """
+        self._remove(key, token, "deleted")
+
+    def _remove(self, key: str, token: Token, how: str) -> None:
+        """`delete`, saying why to a witness: claimed, expired, swept or deleted."""
+        if self._witness is not None:
+            self._witnessed(key, how, self._witness.leave(self, key, token, how))
+            return
         name = self._delete_name(key, token)
         try:
             self.backend.delete(name, token)
@@ -556,14 +594,14 @@ class Store:
         except Expired as exc:
             assert exc.token is not None
             try:
-                yield call("store", "delete", key, exc.token)
+                yield call("store", "_remove", key, exc.token, "expired")
             except TokenMismatch:
                 pass
             raise
         if parked is None:
             return None
         try:
-            yield call("store", "delete", key, parked.token)
+            yield call("store", "_remove", key, parked.token, "claimed")
         except TokenMismatch:
             return None
         deadline = parked.envelope.deadline
@@ -724,6 +762,9 @@ class Store:
             for key, _header, token, _ in self._heads(prefix):
                 if token.is_zero:  # a value the backend could not read as one of its records
                     continue
+                if self._witness is not None:  # one witnessed delete each: the witness records how it left
+                    removed += self._removed(key, token, "deleted")
+                    continue
                 batch.append((self._prefix + key, token))
                 if len(batch) >= _DELETE_BATCH:
                     removed += sum(delete_many(self.backend, batch))
@@ -756,14 +797,26 @@ class Store:
             for key, header, token, size in self._heads(""):
                 if not self._is_expired(header, now):
                     continue
-                try:
-                    self.backend.delete(self._prefix + key, token)
-                except TokenMismatch:
-                    continue
+                if self._witness is not None:
+                    if not self._removed(key, token, "swept"):
+                        continue
+                else:
+                    try:
+                        self.backend.delete(self._prefix + key, token)
+                    except TokenMismatch:
+                        continue
                 removed += 1
                 if on_removed is not None:
                     on_removed(_listing(key, header, token, size))
         return removed
+
+    def _removed(self, key: str, token: Token, how: str) -> bool:
+        """`_remove`, True if it removed the frame, False if the token no longer matched."""
+        try:
+            self._remove(key, token, how)
+        except TokenMismatch:
+            return False
+        return True
 
     def _sweep_now(self, now: datetime | None) -> datetime:
         now = now or self._clock()
@@ -806,6 +859,12 @@ class Store:
         if found is None:
             return False
         data, token = found
+        if self._witness is not None:  # a new sequence number, and never for a frame the witness refuses
+            env = self._open(key, data)
+            assert env.created_at is not None
+            build = functools.partial(self._seal, key, env, env.created_at)
+            self._witnessed(key, "reseal", self._witness.save(self, key, build, False, token, strict=True))
+            return True
         frame = self._resealed(key, data)
         with self._backend_call(key, "reseal"):
             self.backend.put(name, frame, if_match=token)
@@ -817,6 +876,26 @@ class Store:
         del data
         assert env.created_at is not None
         return self._seal(key, env, env.created_at)
+
+    def audit(self) -> AuditReport:
+        """Compare every frame with the witness's record of its key: what is missing, replayed or unknown.
+
+        Reads every frame and every witness record once (a frame whose digest is the witnessed one
+        is not opened). A save or claim racing the audit is never reported.
+
+        Returns:
+            `AuditReport(missing, replayed, unknown, tampered, checked)`; `.ok` when all agree.
+
+        Raises:
+            BerthError: the store has no witness (open it with `witness=URL`).
+            BackendError: the store's or the witness's backend failed.
+        """
+        if self._witness is None:
+            raise BerthError(
+                f"store for identity {self.identity!r} has no witness: open it with witness=URL to audit it"
+            )
+        with self._backend_call("*", "audit"):
+            return self._witness.audit(self)
 
 
 class _ResealTally:
@@ -857,6 +936,7 @@ def open_store(
     accept_plaintext: bool = False,
     max_envelope_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
     clock: Callable[[], datetime] | None = None,
+    witness: str | Backend | None = None,
     **options: Any,
 ) -> Store:
     """Open a store by URL: memory://, file:///dir, sqlite:///file.db, postgresql://, redis://, gs://, s3://.
@@ -868,6 +948,10 @@ def open_store(
         accept_plaintext: let a sealed store read legacy plaintext frames, to `reseal` them.
         max_envelope_bytes: refuse envelopes larger than this once encoded (64 MiB).
         clock: returns "now" as an aware datetime (tests inject one).
+        witness: a second backend URL (or a backend), ideally in another trust domain, where
+            berth records the latest frame of each key and how it left; load and claim then
+            refuse a frame that is not the latest, and `audit()` finds deleted, replayed and
+            rolled-back frames (docs/store.md, "The witness"). Opened with no options.
         **options: passed to the backend.
 
     Raises:
@@ -878,6 +962,7 @@ def open_store(
     if sealer is None:
         _warn_plaintext(f"at {redact_url(url).partition('://')[0]}:// for identity {identity!r}")
         sealer = PlaintextSealer()
+    witness_backend = open_backend(witness) if isinstance(witness, str) else witness
     backend = open_backend(url, **options)
     return Store(
         backend,
@@ -886,6 +971,7 @@ def open_store(
         accept_plaintext=accept_plaintext,
         max_envelope_bytes=max_envelope_bytes,
         clock=clock,
+        witness=witness_backend,
     )
 
 

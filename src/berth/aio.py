@@ -74,12 +74,14 @@ def open_store(
     max_envelope_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
     clock: Callable[[], datetime] | None = None,
     max_threads: int = DEFAULT_MAX_THREADS,
+    witness: str | AsyncBackend | None = None,
     **options: Any,
 ) -> AsyncStore:
     """Open an `AsyncStore` by URL; arguments as `berth.open_store`, plus `max_threads`.
 
     Opening makes no connection on PostgreSQL and Redis; SQLite and the file backend
-    create their file or directory here (as the sync open does).
+    create their file or directory here (as the sync open does). `witness` is a second
+    backend URL, as for `berth.open_store`, awaited the same way.
 
     Raises:
         InvalidKey: the identity is invalid (before any I/O).
@@ -89,6 +91,7 @@ def open_store(
     if sealer is None:
         _warn_plaintext(f"at {url.split('://')[0]}:// for identity {identity!r}")
         sealer = PlaintextSealer()
+    witness_backend = open_backend(witness, max_threads=max_threads) if isinstance(witness, str) else witness
     backend = open_backend(url, max_threads=max_threads, **options)
     return AsyncStore(
         backend,
@@ -97,6 +100,7 @@ def open_store(
         accept_plaintext=accept_plaintext,
         max_envelope_bytes=max_envelope_bytes,
         clock=clock,
+        witness=witness_backend,
     )
 
 
