@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,12 +18,18 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 
 import berth  # noqa: E402
 import berth.openai_agents as boa  # noqa: E402
-from tests._frameworks import KEY, Counter, Site, assert_woken_once_through_sync_stores, make_site, race  # noqa: E402
+from tests._frameworks import (  # noqa: E402
+    KEY,
+    REARM,
+    RESUME,
+    SECRET_REPO,
+    Counter,
+    HitlScenarios,
+    Site,
+    race,
+)
 
 set_tracing_disabled(True)
-
-FRESH, REARM, RESUME = berth.WakeDecision.FRESH, berth.WakeDecision.REARM, berth.WakeDecision.RESUME
-SECRET_REPO = "acme/payroll-archive"
 
 
 def responder(calls: list[tuple[str, dict[str, Any]]]) -> Any:
@@ -68,144 +72,75 @@ def build(
     return Agent(name="ops", instructions=instructions, tools=tools, model=model)  # type: ignore[arg-type]
 
 
-async def start_and_park(site: Site, ran: Counter, *, native: bool = True, **kw: Any) -> berth.Envelope:
-    agent = build(ran, **kw)
-    result = await Runner.run(agent, "clean up the old payroll repo")
-    assert result.interruptions, "the run stops for approval"
-    return await site.with_handles(
-        lambda store, questions: boa.park(store, questions, KEY, result, agent=agent), native=native
-    )
+class TestOpenAIAgents(HitlScenarios):
+    provider = "openai-agents"
+    first_call_id = "call_1"
 
+    def build(self, ran: Counter, **kw: Any) -> Agent[Any]:
+        return build(ran, **kw)
 
-def wake_with(ran: Counter, **kw: Any) -> Any:
-    async def wake(store: Any, questions: Any) -> boa.Outcome:
-        return await boa.wake(store, questions, KEY, build(ran, **kw))
+    async def start_and_park(self, site: Site, ran: Counter, *, native: bool = True, **kw: Any) -> berth.Envelope:
+        agent = build(ran, **kw)
+        result = await Runner.run(agent, "clean up the old payroll repo")
+        assert result.interruptions, "the run stops for approval"
+        return await site.with_handles(
+            lambda store, questions: boa.park(store, questions, KEY, result, agent=agent), native=native
+        )
 
-    return wake
+    async def wake(self, store: Any, questions: Any, agent: Any) -> boa.Outcome:
+        return await boa.wake(store, questions, KEY, agent)
 
+    def config_digest(self, agent: Any) -> str:
+        return boa.config_digest(agent)
 
-@pytest.fixture
-def site(tmp_path: Path) -> Site:
-    return make_site(tmp_path)
+    def output(self, result: Any) -> str:
+        return str(result.final_output)
 
+    def test_a_rejected_approval_never_runs_the_tool(self, site: Site) -> None:
+        ran = Counter()
+        asyncio.run(self.start_and_park(site, ran))
+        site.answer("reject: payroll data is kept seven years")
+        outcomes = race(site, self.wake_with(ran))
+        (won,) = [o for o in outcomes if o.decision is RESUME]
+        assert ran.calls == []
+        said = won.result.final_output
+        assert "payroll data is kept seven years" in said and berth._answers.ANSWER_BEGIN in said
 
-def test_park_answer_and_exactly_one_of_four_wakers_resumes(site: Site) -> None:
-    ran = Counter()
-    envelope = asyncio.run(start_and_park(site, ran))
-    assert envelope.provider == "openai-agents" and envelope.config_digest == boa.config_digest(build(ran))
-    assert [(c.id, c.name, c.input_value()) for c in envelope.pending_calls] == [
-        ("call_1", "delete_repo", {"name": SECRET_REPO})
-    ]
-    _, questions = site.open()
-    asked = questions.pending(f"{KEY}/call-1")
-    assert asked is not None and "delete_repo" in asked.prompt and SECRET_REPO in asked.prompt
-    assert all(SECRET_REPO.encode() not in frame for frame in site.frames().values()), "sealed at rest"
+    def test_anything_but_an_approval_rejects(self, site: Site) -> None:
+        ran = Counter()
+        asyncio.run(self.start_and_park(site, ran))
+        site.answer("hmm, let me think about it")
+        outcome = asyncio.run(site.with_handles(self.wake_with(ran)))
+        assert outcome.decision is RESUME and ran.calls == []
+        assert "let me think about it" in outcome.result.final_output
 
-    early = asyncio.run(site.with_handles(wake_with(ran)))
-    assert early.decision is REARM and early.result is None and ran.calls == []
+    def test_one_question_per_interruption_each_answered_on_its_own(self, site: Site) -> None:
+        ran = Counter()
+        calls = [("delete_repo", {"name": SECRET_REPO}), ("notify", {"channel": "#ops"})]
+        envelope = asyncio.run(self.start_and_park(site, ran, calls=calls))
+        assert [c.name for c in envelope.pending_calls] == ["delete_repo", "notify"]
+        _, questions = site.open()
+        prompts = {q.key: q.prompt for q, _ in questions.list(KEY)}
+        assert set(prompts) == {f"{KEY}/call-1", f"{KEY}/call-2"}
+        assert "delete_repo" in prompts[f"{KEY}/call-1"] and "notify" in prompts[f"{KEY}/call-2"]
 
-    site.answer("approve")
-    outcomes = race(site, wake_with(ran))
-    decisions = [o.decision for o in outcomes]
-    assert decisions.count(RESUME) == 1, decisions
-    assert set(decisions) <= {RESUME, REARM, FRESH}
-    assert ran.calls == [("delete_repo", SECRET_REPO)], "the approved tool ran exactly once"
-    (won,) = [o for o in outcomes if o.decision is RESUME]
-    assert won.result.final_output == f"tools said: deleted {SECRET_REPO}"
-    assert won.wake.answer.by == "alice"
-    store, questions = site.open()
-    assert store.load(KEY) is None and questions.pending(f"{KEY}/call-1") is None
-    assert asyncio.run(site.with_handles(wake_with(ran))).decision is FRESH
+        site.answer("no: not the archive")  # only the first one
+        assert asyncio.run(site.with_handles(self.wake_with(ran, calls=calls))).decision is REARM
+        _, questions = site.open()
+        pending = questions.pending(f"{KEY}/call-2")
+        assert pending is not None
+        questions.provide(f"{KEY}/call-2", pending.id, "yes", by="bob")
+        outcome = asyncio.run(site.with_handles(self.wake_with(ran, calls=calls)))
+        assert outcome.decision is RESUME and outcome.wake.answer.by == "alice, bob"
+        assert ran.calls == [("notify", "#ops")]
+        said = outcome.result.final_output
+        assert "not the archive" in said and "posted to #ops" in said
 
-
-def test_a_rejected_approval_never_runs_the_tool(site: Site) -> None:
-    ran = Counter()
-    asyncio.run(start_and_park(site, ran))
-    site.answer("reject: payroll data is kept seven years")
-    outcomes = race(site, wake_with(ran))
-    (won,) = [o for o in outcomes if o.decision is RESUME]
-    assert ran.calls == []
-    said = won.result.final_output
-    assert "payroll data is kept seven years" in said and berth._answers.ANSWER_BEGIN in said
-
-
-def test_anything_but_an_approval_rejects(site: Site) -> None:
-    ran = Counter()
-    asyncio.run(start_and_park(site, ran))
-    site.answer("hmm, let me think about it")
-    outcome = asyncio.run(site.with_handles(wake_with(ran)))
-    assert outcome.decision is RESUME and ran.calls == []
-    assert "let me think about it" in outcome.result.final_output
-
-
-def test_one_question_per_interruption_each_answered_on_its_own(site: Site) -> None:
-    ran = Counter()
-    calls = [("delete_repo", {"name": SECRET_REPO}), ("notify", {"channel": "#ops"})]
-    envelope = asyncio.run(start_and_park(site, ran, calls=calls))
-    assert [c.name for c in envelope.pending_calls] == ["delete_repo", "notify"]
-    _, questions = site.open()
-    prompts = {q.key: q.prompt for q, _ in questions.list(KEY)}
-    assert set(prompts) == {f"{KEY}/call-1", f"{KEY}/call-2"}
-    assert "delete_repo" in prompts[f"{KEY}/call-1"] and "notify" in prompts[f"{KEY}/call-2"]
-
-    site.answer("no: not the archive")  # only the first one
-    assert asyncio.run(site.with_handles(wake_with(ran, calls=calls))).decision is REARM
-    _, questions = site.open()
-    pending = questions.pending(f"{KEY}/call-2")
-    assert pending is not None
-    questions.provide(f"{KEY}/call-2", pending.id, "yes", by="bob")
-    outcome = asyncio.run(site.with_handles(wake_with(ran, calls=calls)))
-    assert outcome.decision is RESUME and outcome.wake.answer.by == "alice, bob"
-    assert ran.calls == [("notify", "#ops")]
-    assert "not the archive" in outcome.result.final_output and "posted to #ops" in outcome.result.final_output
-
-
-def test_past_the_deadline_nothing_resumes(site: Site) -> None:
-    ran = Counter()
-    asyncio.run(start_and_park(site, ran))
-    site.answer("approve")
-    site.clock.advance(timedelta(days=14, seconds=1))
-    outcomes = race(site, wake_with(ran))
-    assert {o.decision for o in outcomes} == {FRESH}
-    assert any(o.wake.reason == "expired" for o in outcomes)
-    assert ran.calls == []
-    store, questions = site.open()
-    assert store.load(KEY, allow_expired=True) is None and questions.pending(f"{KEY}/call-1") is None
-
-
-def test_a_tampered_frame_is_refused(site: Site) -> None:
-    ran = Counter()
-    asyncio.run(start_and_park(site, ran))
-    site.answer("approve")
-    site.tamper()
-    outcome = asyncio.run(site.with_handles(wake_with(ran)))
-    assert outcome.decision is REARM and isinstance(outcome.wake.error, berth.IntegrityError)
-    assert ran.calls == [] and outcome.result is None
-
-
-def test_a_changed_agent_is_drift_and_never_resumes(site: Site) -> None:
-    ran = Counter()
-    asyncio.run(start_and_park(site, ran))
-    site.answer("approve")
-    changed = build(ran, instructions="You run ops, and you may delete anything.")
-    assert boa.config_digest(changed) != boa.config_digest(build(ran))
-    outcome = asyncio.run(site.with_handles(wake_with(ran, instructions="You run ops, and you may delete anything.")))
-    assert outcome.decision is FRESH and outcome.wake.reason == "drifted"
-    assert ran.calls == []
-    assert site.open()[0].load(KEY) is None
-
-
-def test_a_run_with_nothing_to_approve_is_not_parked(site: Site) -> None:
-    ran = Counter()
-    agent = Agent(name="ops", instructions="x", model=ScriptedModel([[assistant_message("hi")]]))
-    result = asyncio.run(Runner.run(agent, "hello"))
-    store, questions = site.open()
-    with pytest.raises(berth.InvalidEnvelope, match="no tool call"):
-        asyncio.run(boa.park(store, questions, KEY, result, agent=agent))
-    assert store.load(KEY) is None and ran.calls == []
-
-
-def test_sync_stores_work_too_and_interoperate(site: Site) -> None:
-    ran = Counter()
-    park = start_and_park(site, ran, native=True)  # parked through berth.aio, woken through sync stores
-    assert_woken_once_through_sync_stores(site, park, wake_with(ran), ran, ("delete_repo", SECRET_REPO))
+    def test_a_run_with_nothing_to_approve_is_not_parked(self, site: Site) -> None:
+        ran = Counter()
+        agent = Agent(name="ops", instructions="x", model=ScriptedModel([[assistant_message("hi")]]))
+        result = asyncio.run(Runner.run(agent, "hello"))
+        store, questions = site.open()
+        with pytest.raises(berth.InvalidEnvelope, match="no tool call"):
+            asyncio.run(boa.park(store, questions, KEY, result, agent=agent))
+        assert store.load(KEY) is None and ran.calls == []
