@@ -1,0 +1,525 @@
+"""The witness (issue 20): every attack refused at load or reported by audit(), on every local and server backend.
+
+Attacks are made the way an operator with write access to the storage (and no keys) would: through
+a second, raw backend on the same URL, never through the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import berth
+import berth.aio
+from berth._plan import Call
+from berth.backends import open_backend
+from berth.testing import make_envelope
+from tests.conftest import require
+
+IDENTITY = "wit"
+KINDS = ["memory", "file", "sqlite", "postgresql", "redis"]
+
+
+@dataclass
+class Setup:
+    """Where a witnessed store lives, and raw backends on its two URLs (the attacker's view)."""
+
+    url: str
+    witness_url: str
+    sealer: berth.Sealer
+    frames: Any
+    witness: Any
+
+    def store(self, **options: Any) -> berth.Store:
+        return berth.open_store(self.url, identity=IDENTITY, sealer=self.sealer, witness=self.witness_url, **options)
+
+    def astore(self) -> berth.aio.AsyncStore:
+        return berth.aio.open_store(self.url, identity=IDENTITY, sealer=self.sealer, witness=self.witness_url)
+
+    def frame(self, key: str) -> bytes | None:
+        found = self.frames.get(f"{IDENTITY}/{key}")
+        return None if found is None else found[0]
+
+    def put_frame(self, key: str, data: bytes) -> None:
+        self.frames.put(f"{IDENTITY}/{key}", data)
+
+    def drop_frame(self, key: str) -> None:
+        found = self.frames.get(f"{IDENTITY}/{key}")
+        assert found is not None
+        self.frames.delete(f"{IDENTITY}/{key}", found[1])
+
+    def witness_names(self) -> list[str]:
+        return sorted(self.witness.scan(f"{IDENTITY}:witness/"))
+
+
+def _urls(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, str]:
+    tag = uuid.uuid4().hex[:10]
+    if kind == "memory":
+        return f"memory://s{tag}", f"memory://w{tag}"
+    if kind == "file":
+        return f"file://{tmp_path}/store", f"file://{tmp_path}/witness"
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path}/store.db", f"sqlite:///{tmp_path}/witness.db"
+    if kind == "postgresql":
+        psycopg = require("psycopg", "PostgreSQL")
+        dsn = request.getfixturevalue("postgres_dsn")
+        schemas = [f"berth_w_{tag}", f"berth_ww_{tag}"]
+
+        def drop() -> None:
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                for schema in schemas:
+                    admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+        request.addfinalizer(drop)
+        return f"{dsn}?schema={schemas[0]}&pool_max_size=4", f"{dsn}?schema={schemas[1]}&pool_max_size=4"
+    redis = require("redis", "Redis")
+    url = request.getfixturevalue("redis_url")
+    prefixes = [f"bws{tag}:", f"bww{tag}:"]
+
+    def unlink() -> None:
+        admin = redis.Redis.from_url(url)
+        for prefix in prefixes:
+            keys = list(admin.scan_iter(match=prefix + "*"))
+            if keys:
+                admin.unlink(*keys)
+        admin.close()
+
+    request.addfinalizer(unlink)
+    return (
+        f"{url}?prefix={prefixes[0]}&check_durability=false",
+        f"{url}?prefix={prefixes[1]}&check_durability=false",
+    )
+
+
+@pytest.fixture(params=KINDS)
+def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
+    url, witness_url = _urls(request.param, tmp_path, request)
+    frames, witness = open_backend(url), open_backend(witness_url)
+    yield Setup(url, witness_url, berth.AesGcmSealer(berth.Keyring.generate()), frames, witness)
+    for backend in (frames, witness):
+        close = getattr(backend, "close", None)
+        if close is not None:
+            close()
+
+
+@pytest.fixture
+def store(setup: Setup) -> Iterator[berth.Store]:
+    with setup.store() as opened:
+        yield opened
+
+
+def _park(store: berth.Store, key: str, run: str, **changes: Any) -> None:
+    store.save(key, make_envelope(run, **changes))
+
+
+# --- what works as before ---------------------------------------------------------------------
+
+
+def test_the_contract_holds_with_a_witness(store: berth.Store, setup: Setup) -> None:
+    _park(store, "a", "r1")
+    _park(store, "a", "r2")
+    parked = store.load("a")
+    assert parked is not None and parked.envelope.run_id == "r2"
+    with pytest.raises(berth.TokenMismatch):
+        store.save("a", make_envelope("r3"), if_absent=True)
+    token = store.save("a", make_envelope("r3"), if_match=parked.token)
+    with pytest.raises(berth.TokenMismatch):
+        store.save("a", make_envelope("r4"), if_match=parked.token)
+    with pytest.raises(berth.TokenMismatch):
+        store.delete("a", parked.token)
+    store.delete("a", token)
+    assert store.load("a") is None and store.claim("a") is None
+    _park(store, "a", "r5")
+    claimed = store.claim("a")
+    assert claimed is not None and claimed.run_id == "r5"
+    assert store.claim("a") is None
+    _park(store, "b", "r6", deadline=datetime.now(timezone.utc) - timedelta(seconds=1))
+    with pytest.raises(berth.Expired):
+        store.claim("b")
+    assert store.load("b") is None
+    _park(store, "c", "r7", deadline=datetime.now(timezone.utc) - timedelta(seconds=1))
+    _park(store, "d", "r8")
+    assert store.sweep() == 1
+    assert [x.key for x in store.list()] == ["d"]
+    assert [p and p.envelope.run_id for p in store.load_many(["d", "c"])] == ["r8", None]
+    _park(store, "t/1", "r9")
+    _park(store, "t/2", "r10")
+    assert store.delete_prefix("t/") == 2
+    report = store.audit()
+    assert report.ok and report.checked >= 6, report
+    # each frame carries its sequence number; a key's numbers only grow
+    assert b'"seq":' in (setup.frame("d") or b"")
+
+
+def test_reseal_under_a_witness_takes_a_new_sequence_number(setup: Setup) -> None:
+    keyring = berth.Keyring.generate()
+    setup.sealer = berth.AesGcmSealer(keyring)
+    with setup.store() as store:
+        _park(store, "a", "r1")
+    old = setup.frame("a")
+    setup.sealer = berth.AesGcmSealer(keyring.rotate())
+    with setup.store() as store:
+        assert store.reseal() == 1
+        parked = store.load("a")
+        assert parked is not None and parked.envelope.run_id == "r1"
+        assert store.audit().ok
+        assert old is not None
+        setup.put_frame("a", old)  # the frame under the retired key, put back
+        with pytest.raises(berth.IntegrityError, match="not the latest"):
+            store.load("a")
+        assert store.reseal().failed == 1  # a replayed frame is never laundered by a reseal
+
+
+def test_without_a_witness_frames_carry_no_sequence_number(setup: Setup) -> None:
+    with berth.open_store(setup.url, identity=IDENTITY, sealer=setup.sealer) as plain:
+        _park(plain, "a", "r1")
+        with pytest.raises(berth.BerthError, match="no witness"):
+            plain.audit()
+    assert b'"seq"' not in (setup.frame("a") or b"")
+    assert setup.witness_names() == []
+
+
+# --- the attacks --------------------------------------------------------------------------------
+
+
+def test_deleting_the_newest_frame_of_a_key_is_refused_and_reported(store: berth.Store, setup: Setup) -> None:
+    _park(store, "a", "r1")
+    _park(store, "a", "r2")
+    setup.drop_frame("a")
+    with pytest.raises(berth.IntegrityError, match=r"identity 'wit', key 'a' is missing") as info:
+        store.load("a")
+    assert info.value.key == "a" and "customer text" not in str(info.value)
+    with pytest.raises(berth.IntegrityError, match="missing"):
+        store.claim("a")
+    report = store.audit()
+    assert not report.ok and report.missing == ("a",) and not report.replayed
+
+
+def test_deleting_one_in_the_middle_of_a_series_of_keys(store: berth.Store, setup: Setup) -> None:
+    for i in range(9):
+        _park(store, f"k{i}", f"r{i}")
+    setup.drop_frame("k4")
+    report = store.audit()
+    assert report.missing == ("k4",) and not (report.replayed or report.unknown or report.tampered)
+    for i in (0, 3, 5, 8):
+        parked = store.load(f"k{i}")
+        assert parked is not None and parked.envelope.run_id == f"r{i}"
+
+
+def test_putting_back_an_older_frame_is_refused(store: berth.Store, setup: Setup) -> None:
+    _park(store, "a", "r1")
+    old = setup.frame("a")
+    _park(store, "a", "r2")
+    assert old is not None
+    setup.put_frame("a", old)
+    with pytest.raises(berth.IntegrityError, match="not the latest"):
+        store.load("a")
+    with pytest.raises(berth.IntegrityError):
+        store.claim("a")
+    assert store.audit().replayed == ("a",)
+    assert setup.frame("a") == old  # a refused claim leaves the evidence in place
+
+
+def test_putting_back_a_claimed_frame_is_refused(store: berth.Store, setup: Setup) -> None:
+    _park(store, "a", "r1")
+    latest = setup.frame("a")
+    assert store.claim("a") is not None and latest is not None
+    setup.put_frame("a", latest)  # the very frame that was claimed, replayed
+    with pytest.raises(berth.IntegrityError, match="claimed"):
+        store.claim("a")
+    assert store.audit().replayed == ("a",)
+
+
+def test_a_frame_the_witness_never_saw_is_refused(store: berth.Store, setup: Setup) -> None:
+    with berth.open_store(setup.url, identity=IDENTITY, sealer=setup.sealer) as unwitnessed:
+        _park(unwitnessed, "a", "r1")  # same keys, no witness: no sequence number, no record
+    with pytest.raises(berth.IntegrityError, match="never saw"):
+        store.load("a")
+    assert store.audit().unknown == ("a",)
+
+
+def test_restoring_the_store_from_an_older_copy_is_reported(store: berth.Store, setup: Setup) -> None:
+    for key in ("same", "resaved", "claimed", "later-deleted"):
+        _park(store, key, f"{key}-1")
+    copy = {name: setup.frames.get(name)[0] for name in setup.frames.scan(f"{IDENTITY}/")}
+    _park(store, "resaved", "resaved-2")
+    assert store.claim("claimed") is not None
+    _park(store, "new", "new-1")
+    # the restore: every name back as in the copy, names the copy lacks removed
+    for name in list(setup.frames.scan(f"{IDENTITY}/")):
+        found = setup.frames.get(name)
+        if name not in copy:
+            setup.frames.delete(name, found[1])
+        elif found[0] != copy[name]:
+            setup.frames.put(name, copy[name])
+    for name, data in copy.items():
+        if setup.frames.get(name) is None:
+            setup.frames.put(name, data)
+    report = store.audit()
+    assert report.replayed == ("claimed", "resaved")
+    assert report.missing == ("new",)
+    assert not report.ok
+    parked = store.load("same")
+    assert parked is not None and parked.envelope.run_id == "same-1"
+
+
+def test_editing_the_witness_is_refused(store: berth.Store, setup: Setup) -> None:
+    _park(store, "a", "r1")
+    _park(store, "b", "r2")
+    name = f"{IDENTITY}:witness/a"
+    data, _ = setup.witness.get(name)
+    edited = bytearray(data)
+    edited[-5] ^= 1
+    setup.witness.put(name, bytes(edited))
+    with pytest.raises(berth.IntegrityError, match="witness record .* does not open"):
+        store.load("a")
+    report = store.audit()
+    assert report.tampered == ("a",) and not report.ok
+    # a record moved onto another key does not open either
+    setup.witness.put(name, setup.witness.get(f"{IDENTITY}:witness/b")[0])
+    with pytest.raises(berth.IntegrityError, match="witness record"):
+        store.claim("a")
+
+
+def test_truncating_the_witness_is_refused(store: berth.Store, setup: Setup) -> None:
+    for key in ("a", "b", "c"):
+        _park(store, key, key)
+    name = f"{IDENTITY}:witness/a"
+    data, _ = setup.witness.get(name)
+    setup.witness.put(name, data[: len(data) // 2])  # one record cut short
+    with pytest.raises(berth.IntegrityError, match="witness record"):
+        store.load("a")
+    for name in setup.witness_names():  # then the whole witness emptied
+        setup.witness.delete(name, setup.witness.get(name)[1])
+    with pytest.raises(berth.IntegrityError, match="never saw"):
+        store.claim("b")
+    assert store.audit().unknown == ("a", "b", "c")
+
+
+def test_rolling_the_witness_back_alone_is_refused(store: berth.Store, setup: Setup) -> None:
+    _park(store, "a", "r1")
+    name = f"{IDENTITY}:witness/a"
+    old_record = setup.witness.get(name)[0]
+    _park(store, "a", "r2")
+    setup.witness.put(name, old_record)
+    with pytest.raises(berth.IntegrityError, match="never saw"):
+        store.load("a")
+    assert store.audit().unknown == ("a",)
+
+
+def test_the_coordinator_never_resumes_a_replayed_run(setup: Setup) -> None:
+    with setup.store() as store:
+        questions = berth.open_questions(setup.url, identity=IDENTITY, sealer=setup.sealer)
+        coordinator = berth.Coordinator(store, questions)
+        coordinator.suspend("a", make_envelope("r1"), question="Ship it?")
+        old = setup.frame("a")
+        coordinator.suspend("a", make_envelope("r2"), question="Ship it now?")
+        assert old is not None
+        setup.put_frame("a", old)
+        pending = questions.pending("a")
+        assert pending is not None
+        questions.provide("a", pending.id, "yes", by="maintainer")
+        wake = coordinator.wake("a")
+        assert wake.decision is berth.WakeDecision.REARM
+        assert isinstance(wake.error, berth.IntegrityError) and wake.envelope is None
+        questions.close()
+
+
+# --- crash safety: every prefix of a save and a claim -------------------------------------------
+
+
+def _steps(store: berth.Store, plan: Any) -> int:
+    """How many I/O steps `plan` makes when it runs to its end."""
+    targets = {"frames": store.backend, "witness": store._witness.backend}  # type: ignore[union-attr]
+    n, step = 0, next(plan)
+    try:
+        while True:
+            n += 1
+            step = plan.send(getattr(targets[step.role], step.method)(*step.args, **step.kwargs))
+    except StopIteration:
+        return n
+
+
+def _killed_after(store: berth.Store, plan: Any, steps: int) -> None:
+    """Run the first `steps` I/O steps of `plan`, then drop it: a SIGKILL at that point."""
+    targets = {"frames": store.backend, "witness": store._witness.backend}  # type: ignore[union-attr]
+    step: Call = next(plan)
+    for _ in range(steps):
+        try:
+            step = plan.send(getattr(targets[step.role], step.method)(*step.args, **step.kwargs))
+        except StopIteration:
+            return
+
+
+def test_the_plans_have_the_steps_the_crash_tests_cut(store: berth.Store) -> None:
+    import functools
+
+    assert store._witness is not None
+    env = make_envelope("r1")
+    build = functools.partial(store._seal, "a", env, store.now())
+    # save: read frame, read record, record the candidate, write the frame, record it landed
+    assert _steps(store, store._witness.save(store, "a", build, False, None)) == 5
+    parked = store.load("a")
+    assert parked is not None
+    # leave: read frame, read record, record the intent, delete, record how it left
+    assert _steps(store, store._witness.leave(store, "a", parked.token, "claimed")) == 5
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_save_killed_at_any_step_leaves_a_readable_run_and_no_replay(kind: str, tmp_path: Path) -> None:
+    import functools
+
+    for cut in range(6):
+        url, witness_url = (f"memory://s{cut}{uuid.uuid4().hex}", f"memory://w{uuid.uuid4().hex}")
+        if kind == "sqlite":
+            url, witness_url = f"sqlite:///{tmp_path}/s{cut}.db", f"sqlite:///{tmp_path}/w{cut}.db"
+        setup = Setup(url, witness_url, berth.AesGcmSealer(berth.Keyring.generate()), None, None)
+        with setup.store() as store:
+            setup.frames, setup.witness = store.backend, store._witness.backend  # type: ignore[union-attr]
+            _park(store, "a", "r1")
+            _park(store, "a", "r2")
+            older = setup.frame("a")
+            assert store._witness is not None
+            env = make_envelope("r3")
+            assert env.created_at is None
+            build = functools.partial(store._seal, "a", env, store.now())
+            _killed_after(store, store._witness.save(store, "a", build, False, None), cut)
+            with setup.store() as fresh:  # the next host
+                parked = fresh.load("a")
+                assert parked is not None and parked.envelope.run_id in ("r2", "r3"), cut
+                assert fresh.audit().ok, cut
+                assert older is not None
+                setup.put_frame("a", older)  # an attacker replays r1 right after the kill
+                with pytest.raises(berth.IntegrityError):
+                    fresh.load("a")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_claim_killed_at_any_step_never_resumes_twice(kind: str, tmp_path: Path) -> None:
+    for cut in range(6):
+        url, witness_url = (f"memory://s{uuid.uuid4().hex}", f"memory://w{uuid.uuid4().hex}")
+        if kind == "sqlite":
+            url, witness_url = f"sqlite:///{tmp_path}/s{cut}.db", f"sqlite:///{tmp_path}/w{cut}.db"
+        setup = Setup(url, witness_url, berth.AesGcmSealer(berth.Keyring.generate()), None, None)
+        with setup.store() as store:
+            setup.frames = store.backend
+            _park(store, "a", "r1")
+            latest = setup.frame("a")
+            parked = store.load("a")
+            assert parked is not None and store._witness is not None
+            _killed_after(store, store._witness.leave(store, "a", parked.token, "claimed"), cut)
+            with setup.store() as fresh:
+                now = fresh.load("a")
+                gone = setup.frame("a") is None
+                assert (now is None) == gone, cut  # gone, or still there and readable
+                assert fresh.audit().ok, cut
+                if gone:
+                    assert latest is not None
+                    setup.put_frame("a", latest)  # the claimed frame, replayed after the kill
+                    with pytest.raises(berth.IntegrityError):
+                        fresh.claim("a")
+                else:
+                    claimed = fresh.claim("a")
+                    assert claimed is not None and claimed.run_id == "r1"
+                    assert fresh.audit().ok
+
+
+# --- races ---------------------------------------------------------------------------------------
+
+
+def test_claim_races_stay_exactly_once(setup: Setup) -> None:
+    keys = [f"race/{i}" for i in range(6)]
+    with setup.store() as store:
+        for key in keys:
+            _park(store, key, key)
+    won: list[str] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def claimer() -> None:
+        with setup.store() as mine:
+            for key in keys:
+                try:
+                    got = mine.claim(key)
+                except BaseException as exc:  # noqa: BLE001 - collected and failed below
+                    errors.append(exc)
+                    continue
+                if got is not None:
+                    with lock:
+                        won.append(got.run_id)
+
+    threads = [threading.Thread(target=claimer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert sorted(won) == sorted(keys)
+    with setup.store() as store:
+        assert store.audit().ok
+
+
+def test_saves_racing_on_one_key_keep_every_load_good(setup: Setup) -> None:
+    errors: list[BaseException] = []
+
+    def saver(n: int) -> None:
+        with setup.store() as mine:
+            for i in range(5):
+                try:
+                    mine.save("hot", make_envelope(f"w{n}-{i}"))
+                    mine.load("hot")
+                except BaseException as exc:  # noqa: BLE001
+                    errors.append(exc)
+
+    threads = [threading.Thread(target=saver, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    with setup.store() as store:
+        assert store.load("hot") is not None and store.audit().ok
+
+
+# --- berth.aio ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql", "redis"])
+def test_async_store_has_the_witness_too(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    url, witness_url = _urls(kind, tmp_path, request)
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    raw = open_backend(url)
+
+    async def main() -> None:
+        async with berth.aio.open_store(url, identity=IDENTITY, sealer=sealer, witness=witness_url) as store:
+            await store.save("a", make_envelope("r1"))
+            old = raw.get(f"{IDENTITY}/a")[0]
+            await store.save("a", make_envelope("r2"))
+            parked = await store.load("a")
+            assert parked is not None and parked.envelope.run_id == "r2"
+            assert (await store.audit()).ok
+            raw.put(f"{IDENTITY}/a", old)
+            with pytest.raises(berth.IntegrityError, match="not the latest"):
+                await store.claim("a")
+            assert (await store.audit()).replayed == ("a",)
+            await store.save("b", make_envelope("r3"))
+            got = await asyncio.gather(*(store.claim("b") for _ in range(4)))
+            assert [g.run_id for g in got if g is not None] == ["r3"]
+            await store.save("c", make_envelope("r4", deadline=datetime.now(timezone.utc) - timedelta(seconds=1)))
+            assert await store.sweep() == 1
+            assert (await store.audit()).replayed == ("a",)
+
+    try:
+        asyncio.run(main())
+    finally:
+        close: Callable[[], None] | None = getattr(raw, "close", None)
+        if close is not None:
+            close()
