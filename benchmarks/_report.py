@@ -12,6 +12,8 @@ GOAL_RSS = 3.0
 GOAL_LARGE_WALL = 1.5
 GOAL_LIST = 50_000
 GOAL_PEER_PLAIN = 1.0
+GOAL_WRITERS_P99_MS = 50.0
+GOAL_WRITERS_RATE = 1.0
 GOAL_PEER_ENC = 1.5
 PEER_PLAIN = "LangGraph unencrypted"
 PEER_GCM = "LangGraph EncryptedSerializer GCM"
@@ -339,6 +341,60 @@ def contention_section(res: dict[str, Any], goals: Goals) -> list[str]:
                     f"contention {NAMES[backend]}: exactly one winner per key",
                     f"{len(trials)} races, {_n(statistics.median(rates))} claims/s",
                     once,
+                )
+    out.append("")
+    if res.get("writers"):
+        out += writers_section(res["writers"], goals)
+    return out
+
+
+def _med(trials: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(t[key] for t in trials)
+
+
+def writers_section(res: dict[str, Any], goals: Goals) -> list[str]:
+    out = ["### Writers: 2, 4 and 8 processes each cycling a key of their own on one store", ""]
+    out.append(
+        "Each process parks, loads and deletes a 64 KiB state (sealed, as in section 1) on its own key, all on "
+        "one store, for a few seconds; berth and the floor alternate race by race. cycles/s is every process's "
+        "cycles ÷ the longest wall time; latency is per cycle over all processes; *slowest writer* is the "
+        "fewest cycles any one process made ÷ the mean (1.0 is fair); CPU is every process's CPU time ÷ cycles; "
+        "*load* is the 1-minute load average after the race. The SQLite floor waits in SQLite's own busy "
+        "handler; berth's writers take turns (docs/store.md, *Many writers on one SQLite file*)."
+    )
+    out.append("")
+    out.append(
+        "| backend | writers | contender | cycles/s (median, min-max) | berth ÷ floor | p50 ms | p99 ms | max ms "
+        "| slowest writer | CPU µs/cycle | load |"
+    )
+    out.append("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for backend, per in res.items():
+        for processes, roles in per.items():
+            b_rates = [t["cycles_per_s"] for t in roles["berth"]]
+            f_rates = [t["cycles_per_s"] for t in roles["floor"]]
+            m, lo, hi = _ratios(b_rates, f_rates)
+            for role, trials in roles.items():
+                rates = [t["cycles_per_s"] for t in trials]
+                ratio = f"{m:.2f}× ({lo:.2f}–{hi:.2f})" if role == "berth" else "—"
+                out.append(
+                    f"| {NAMES[backend]} | {processes} | {'berth' if role == 'berth' else 'floor (raw client)'} | "
+                    f"{_n(statistics.median(rates))} ({_n(min(rates))}–{_n(max(rates))}) | {ratio} | "
+                    f"{_med(trials, 'p50_ms'):.1f} | {_med(trials, 'p99_ms'):.1f} | "
+                    f"{max(t['max_ms'] for t in trials):.0f} | {_med(trials, 'slowest_writer_share'):.2f} | "
+                    f"{_med(trials, 'cpu_us_per_cycle'):,.0f} | {_med(trials, 'load'):.1f} |"
+                )
+            if backend == "sqlite" and processes == "8":
+                p99 = statistics.median(t["p99_ms"] for t in roles["berth"])
+                floor_p99 = statistics.median(t["p99_ms"] for t in roles["floor"])
+                goals.add(
+                    f"contention SQLite, 8 writers: p99 of a cycle ≤ {GOAL_WRITERS_P99_MS:.0f} ms",
+                    f"{p99:.1f} ms (floor, SQLite's busy handler: {floor_p99:.0f} ms)",
+                    p99 <= GOAL_WRITERS_P99_MS,
+                )
+                goals.add(
+                    f"contention SQLite, 8 writers: cycles/s ≥ {GOAL_WRITERS_RATE}× the floor's",
+                    f"{m:.2f}× ({lo:.2f}–{hi:.2f})",
+                    m >= GOAL_WRITERS_RATE,
                 )
     out.append("")
     return out

@@ -25,6 +25,8 @@ def main() -> None:
         from _listing import listing_job as run
     elif job == "claimer":
         from _contention import claimer_job as run
+    elif job == "writer":
+        from _contention import writer_job as run
     else:
         raise SystemExit(f"unknown job {job!r}")
     result = run(args)

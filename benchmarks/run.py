@@ -264,6 +264,9 @@ def main() -> None:
             cb = [b for b in ("sqlite", "postgres") if _cycle.backend_available(b, ctx) is None]
             log(f"contention: {cb}")
             res["contention"] = _contention.run(cb, ctx, 1 if quick else 3)
+            counts = _contention.WRITERS_QUICK if quick else _contention.WRITERS
+            log(f"contention writers: {cb} at {counts} processes")
+            res["writers"] = _contention.run_writers(cb, ctx, 1 if quick else 3, counts, 3.0 if quick else 5.0)
 
     meta["duration_s"] = time.time() - started
     res["meta"] = meta

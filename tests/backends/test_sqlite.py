@@ -147,3 +147,48 @@ def test_missing_parents_are_created_0700_whatever_the_umask(tmp_path) -> None:
         os.umask(old)
     for d in (tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "c"):
         assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
+
+
+# --- issue 15.3: writers take turns ---------------------------------------------------------
+
+
+def test_a_writer_waits_for_its_turn_and_then_writes(tmp_path) -> None:
+    import fcntl
+    import threading
+    import time
+
+    backend = SqliteBackend(str(tmp_path / "b.db"))
+    backend.put("i/warm", b"x")
+    lock = tmp_path / "b.db-lock"
+    assert stat.S_IMODE(os.stat(lock).st_mode) == 0o600
+    holder = os.open(lock, os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another writer's turn
+    done: list[float] = []
+    writer = threading.Thread(target=lambda: (backend.put("i/k", b"frame"), done.append(time.monotonic())))
+    writer.start()
+    time.sleep(0.2)
+    assert not done, "a write went ahead during another writer's turn"
+    released = time.monotonic()
+    fcntl.flock(holder, fcntl.LOCK_UN)
+    writer.join(5)
+    assert done and done[0] - released < 0.5
+    assert backend.get("i/k") is not None
+    os.close(holder)
+    backend.close()
+
+
+def test_a_turn_never_taken_back_goes_on_to_sqlite_after_busy_timeout(tmp_path) -> None:
+    # A writer stopped while holding its turn does not hang the others: SQLite's own lock decides.
+    import fcntl
+    import time
+
+    backend = SqliteBackend(str(tmp_path / "b.db"), busy_timeout=0.3)
+    holder = os.open(tmp_path / "b.db-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    t0 = time.monotonic()
+    token = backend.put("i/k", b"frame")
+    assert 0.3 <= time.monotonic() - t0 < 3
+    backend.delete("i/k", token)
+    assert backend.get("i/k") is None
+    os.close(holder)
+    backend.close()
