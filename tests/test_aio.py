@@ -230,6 +230,98 @@ def test_redis_waits_for_a_connection_instead_of_failing(redis_url: str) -> None
     asyncio.run(main())
 
 
+@pytest.mark.redis
+def test_redis_async_pool_bounds_waits_replaces_killed_connections_and_forks(redis_url: str) -> None:
+    import multiprocessing
+
+    redis = require("redis", "Redis")
+    prefix = f"berth-aio-{uuid.uuid4().hex[:12]}:"
+    name = f"berth-aio-{uuid.uuid4().hex[:8]}"
+    backend: Any = berth.aio.open_backend(
+        redis_url, prefix=prefix, check_durability=False, max_connections=2, pool_timeout=0.3, client_name=name
+    )
+    pool = backend.client.connection_pool
+    admin = redis.Redis.from_url(redis_url)
+
+    async def client_id() -> int:
+        conn = await pool.take()
+        try:
+            await conn.send_command("CLIENT", "ID")
+            return int(await conn.read_response())
+        finally:
+            pool.give(conn)
+
+    async def parent() -> None:
+        token = await backend.put("k", b"v")
+        await asyncio.gather(*(backend.get("k") for _ in range(50)))
+        assert len(pool._in_use_connections) == 0 and len(pool._available_connections) <= 2
+        held = [await pool.take(), await pool.take()]
+        started = time.monotonic()
+        with pytest.raises(berth.BackendError, match="pool_timeout"):
+            await backend.get("k")
+        assert time.monotonic() - started < 5
+        for conn in held:
+            pool.give(conn)
+        killed = sum(1 for c in admin.client_list() if c.get("name") == name and admin.client_kill_filter(_id=c["id"]))
+        assert killed >= 1
+        await asyncio.sleep(0.05)  # the server's goodbye reaches the idle sockets
+        assert await backend.get("k") == (b"v", token), "a connection the server closed is replaced before use"
+
+    loop = asyncio.new_event_loop()
+    queue = multiprocessing.get_context("fork").SimpleQueue()
+
+    def child() -> None:
+        async def calls() -> tuple[int, bool]:
+            token = await backend.put("c", b"child")
+            return await client_id(), await backend.get("c") == (b"child", token)
+
+        try:
+            queue.put(asyncio.run(calls()))
+        except BaseException as exc:  # reported to the parent
+            queue.put((0, repr(exc)))
+
+    try:
+        loop.run_until_complete(parent())
+        parent_id = loop.run_until_complete(client_id())
+        process = multiprocessing.get_context("fork").Process(target=child)
+        process.start()
+        process.join(timeout=30)
+        child_id, ok = queue.get()
+        assert process.exitcode == 0 and ok is True, ok
+        assert child_id not in (0, parent_id), "the child must not talk over the parent's socket"
+        assert loop.run_until_complete(client_id()) == parent_id, "the parent's connection survives the child"
+        loop.run_until_complete(backend.aclose())
+    finally:
+        loop.close()
+        for key in admin.scan_iter(match=f"{prefix}*"):
+            admin.delete(key)
+        admin.close()
+
+
+@pytest.mark.redis
+def test_redis_async_call_timeout_bounds_a_server_that_never_answers() -> None:
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel does), never answers
+    port = listener.getsockname()[1]
+
+    async def main() -> None:
+        store = berth.aio.open_store(
+            f"redis://127.0.0.1:{port}/0", identity="mute", sealer=_sealer(), check_durability=False, socket_timeout=0.5
+        )
+        started = time.monotonic()
+        with pytest.raises(berth.BackendError) as info:
+            await store.save("k", make_envelope())
+        assert "mute" in str(info.value) and "k" in str(info.value)
+        assert time.monotonic() - started < 3, "the socket timeout bounds the whole call"
+        await store.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        listener.close()
+
+
 @pytest.mark.postgres
 def test_postgres_async_pool_replaces_connections_the_server_killed(postgres_dsn: str) -> None:
     psycopg = require("psycopg", "PostgreSQL")

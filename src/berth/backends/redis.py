@@ -22,14 +22,18 @@ server (`DurabilityWarning`) when that can happen.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import os
 import re
 import secrets
 import sys
 import threading
 import time
 import warnings
+import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -558,12 +562,25 @@ class AsyncRedisBackend(AsyncBackend):
     pool of `max_connections` (default 50) where a task waits up to `pool_timeout`
     seconds (default: the socket timeout) for a connection. The server's durability
     check runs once, in a worker thread, on first use.
+
+    The pool is berth's (`_LeanPool`, a `redis.asyncio.ConnectionPool`): taking and
+    giving back a connection is a list pop and append, waiters queue in order, a
+    connection the server closed is reconnected before use, and a forked child starts
+    with an empty pool. The calls of save, load and claim (SET, GET, EVALSHA, GETRANGE,
+    MGET) are packed and read on a pooled connection directly, under one timer for
+    the whole call: redis.asyncio's client path (a retry wrapper, a condition, a
+    task per send for its socket timeout, metrics) cost more client CPU per cycle
+    than the whole sync call (docs/benchmarks.md).
     """
 
-    def __init__(self, sync: RedisBackend, client: Any, *, check_durability: bool = True):
+    def __init__(self, sync: RedisBackend, client: Any, *, check_durability: bool = True, call_timeout: float = 10.0):
         self.sync = sync
         self.client = client
-        self._command = client.execute_command
+        self._timeout = call_timeout
+        pool = client.connection_pool
+        # On berth's own pool the hot calls go straight to a pooled connection (`_call`);
+        # on any other (a client given by hand) through the client.
+        self._command = self._call if isinstance(pool, _pool_class()) else client.execute_command
         self._put_if_match = client.register_script(_PUT_IF_MATCH)
         self._delete = client.register_script(_DELETE)
         self._heads = client.register_script(_HEADS)
@@ -571,7 +588,6 @@ class AsyncRedisBackend(AsyncBackend):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> AsyncRedisBackend:
-        import redis.asyncio
         import redis.asyncio.retry
 
         options = dict(options)
@@ -580,12 +596,14 @@ class AsyncRedisBackend(AsyncBackend):
         check = own.pop("check_durability", True)
         sync = RedisBackend(redis.Redis.from_url(client_url, **client_options), check_durability=False, **own)
         client_url, client_options, _ = _client_args(url, dict(options), redis.asyncio.retry.Retry(NoBackoff(), 0))
-        # A pool that makes a task wait for a free connection (redis.asyncio's default one raises
-        # MaxConnectionsError past 100 concurrent calls, which a busy event loop reaches at once).
         client_options.setdefault("max_connections", 50)
-        client_options["timeout"] = pool_timeout if pool_timeout is not None else client_options["socket_timeout"]
-        pool = redis.asyncio.BlockingConnectionPool.from_url(client_url, **client_options)
-        return cls(sync, redis.asyncio.Redis.from_pool(pool), check_durability=check)
+        pool = _pool_class().from_url(client_url, **client_options)
+        # The socket timeout bounds each whole berth call (one timer) instead of each socket
+        # operation (redis.asyncio starts a task per send for it): see AsyncRedisBackend._timed.
+        call_timeout = pool.connection_kwargs.get("socket_timeout") or 10.0
+        pool.connection_kwargs["socket_timeout"] = None
+        pool.wait_timeout = pool_timeout if pool_timeout is not None else call_timeout
+        return cls(sync, redis.asyncio.Redis.from_pool(pool), check_durability=check, call_timeout=call_timeout)
 
     def __repr__(self) -> str:
         return f"AsyncRedisBackend({self.sync._server()}, prefix={self.sync.prefix!r})"
@@ -594,6 +612,25 @@ class AsyncRedisBackend(AsyncBackend):
         if self._check:
             self._check = False
             await asyncio.to_thread(self.sync._check_durability)
+
+    async def _call(self, *args: Any) -> Any:
+        """One command on a pooled connection, its raw reply (callers run it under `_timed`)."""
+        pool = self.client.connection_pool
+        conn = await pool.take()
+        try:
+            # A failed or cancelled send or read disconnects the connection (redis.asyncio's own
+            # rule): it is given back closed and reconnects when next taken.
+            await conn.send_packed_command(conn.pack_command(*args), check_health=False)
+            return await conn.read_response()
+        finally:
+            pool.give(conn)
+
+    async def _timed(self, call: Callable[[], Any]) -> Any:
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await call()
+        except TimeoutError:  # the timer above (redis' own TimeoutError is a RedisError)
+            raise redis.exceptions.TimeoutError(f"no reply within {self._timeout:g} s") from None
 
     async def _eval(self, script: Any, key: str, *args: Any) -> Any:
         try:
@@ -607,11 +644,11 @@ class AsyncRedisBackend(AsyncBackend):
         await self._checked()
         try:
             if not self.sync._replicas:
-                return await direct()
+                return await self._timed(direct)
             pipe = self.client.pipeline(transaction=False)
             queue(pipe)
             pipe.wait(*self.sync._wait)
-            result, acked = await pipe.execute()
+            result, acked = await self._timed(pipe.execute)
         except redis.exceptions.RedisError as exc:
             _failed(what, name, exc)
         self.sync._check_acked(name, acked)
@@ -620,7 +657,7 @@ class AsyncRedisBackend(AsyncBackend):
     async def _read(self, call: Callable[[], Any], what: str, name: str) -> Any:
         await self._checked()
         try:
-            return await call()
+            return await self._timed(call)
         except redis.exceptions.RedisError as exc:
             if not isinstance(exc, _RETRIED):
                 _failed(what, name, exc)
@@ -628,7 +665,7 @@ class AsyncRedisBackend(AsyncBackend):
         for pause in _READ_RETRIES:
             await asyncio.sleep(pause)
             try:
-                return await call()
+                return await self._timed(call)
             except _RETRIED as again:
                 last = again
             except redis.exceptions.RedisError as other:
@@ -719,7 +756,7 @@ class AsyncRedisBackend(AsyncBackend):
         if first is None:
             return [False] * len(items)
         try:
-            results = await pipe.execute()
+            results = await self._timed(pipe.execute)
         except redis.exceptions.RedisError as exc:
             _failed("delete", first, exc)
         return self.sync._deleted_many(items, results, first)
@@ -727,3 +764,107 @@ class AsyncRedisBackend(AsyncBackend):
     async def aclose(self) -> None:
         await self.client.aclose()
         await asyncio.to_thread(self.sync.close)
+
+
+_POOLS: weakref.WeakSet[Any] = weakref.WeakSet()  # every _LeanPool: each starts empty in a forked child
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(_POOLS):
+        pool._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@functools.cache
+def _pool_class() -> Any:
+    """`_LeanPool`, made on first use (redis.asyncio is imported only by async stores)."""
+    import redis.asyncio
+
+    class _LeanPool(redis.asyncio.ConnectionPool):
+        """redis.asyncio's pool, lean: at most `max_connections`, waiters in order for `wait_timeout` s.
+
+        Overrides `get_connection` and `release` (what the client and its pipelines call)
+        and adds `take`/`give`, the same without the client. No lock: the pool belongs to
+        one event loop, whose steps do not interleave.
+        """
+
+        wait_timeout: float = 10.0
+
+        def __init__(self, **kwargs: Any):
+            super().__init__(**kwargs)
+            self._waiters: deque[asyncio.Future[None]] = deque()
+            _POOLS.add(self)
+
+        def _forked(self) -> None:
+            # The parent's connections are dropped unclosed: their sockets are the parent's.
+            self._available_connections = []
+            self._in_use_connections = set()
+            self._waiters = deque()
+
+        async def get_connection(self, *_args: Any, **_options: Any) -> Any:
+            return await self.take()
+
+        async def release(self, connection: Any) -> None:
+            self.give(connection)
+
+        async def take(self) -> Any:
+            conn: Any
+            deadline = 0.0
+            while True:
+                if self._available_connections:
+                    conn = self._available_connections.pop()
+                    break
+                if len(self._in_use_connections) < self.max_connections:
+                    conn = self.make_connection()  # type: ignore[no-untyped-call]
+                    break
+                loop = asyncio.get_running_loop()
+                if not deadline:
+                    deadline = loop.time() + self.wait_timeout
+                waiter = loop.create_future()
+                self._waiters.append(waiter)
+                timer = loop.call_at(deadline, _expire, waiter)
+                try:
+                    await waiter
+                except TimeoutError:
+                    raise redis.exceptions.ConnectionError(
+                        f"no free connection within {self.wait_timeout:g} s (pool_timeout)"
+                    ) from None
+                finally:
+                    timer.cancel()
+                    if not waiter.done() or waiter.cancelled():
+                        with contextlib.suppress(ValueError):
+                            self._waiters.remove(waiter)
+            self._in_use_connections.add(conn)
+            try:
+                if not conn.is_connected:
+                    await conn.connect()
+                elif await _has_data(conn):  # closed by the server (EOF seen) or left dirty: a fresh one
+                    await conn.disconnect()
+                    await conn.connect()
+            except BaseException:
+                self.give(conn)
+                raise
+            return conn
+
+        def give(self, conn: Any) -> None:
+            self._in_use_connections.discard(conn)
+            self._available_connections.append(conn)
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
+
+    return _LeanPool
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+async def _has_data(conn: Any) -> bool:
+    can_read = getattr(conn, "can_read", None) or conn.can_read_destructive  # redis >= 8 / older
+    return bool(await can_read())
