@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import operator
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncGenerator, Iterator
@@ -459,3 +463,33 @@ def test_a_resume_map_resumes_only_the_interrupts_it_names(tmp_path: Path) -> No
     assert resume_once(graph, config, {a_id: "again"}) is None  # a is answered: its claim is taken
     assert resume_once(graph, config, "no") == {"log": ["a=yes", "b=no", "join"]}  # one left: a plain value
     assert ran == [("a", "yes"), ("b", "no"), ("join", ["a=yes", "b=no"])]
+
+
+# -- the double-resume experiment: 4 processes race resume_once on every thread ----------------------
+
+RACE = Path(__file__).resolve().parents[1] / "benchmarks" / "_resume_race.py"
+
+
+@pytest.mark.parametrize(
+    ("backend", "threads"),
+    [
+        pytest.param("sqlite", 20, id="sqlite-20"),
+        pytest.param("postgres", 20, marks=pytest.mark.postgres, id="postgresql-20"),
+        pytest.param("sqlite", 200, marks=pytest.mark.slow, id="sqlite-200"),
+        pytest.param("postgres", 200, marks=[pytest.mark.postgres, pytest.mark.slow], id="postgresql-200"),
+    ],
+)
+def test_four_processes_racing_resume_once_resume_every_thread_exactly_once(
+    backend: str, threads: int, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """benchmarks/_resume_race.py: `threads` interrupted threads, 4 processes resume each; count the node's runs."""
+    env = dict(os.environ)
+    if backend == "postgres":
+        env["BERTH_TEST_POSTGRES"] = request.getfixturevalue("postgres_dsn")
+    command = [sys.executable, str(RACE), "--who", "berth", "--backend", backend, "--threads", str(threads)]
+    proc = subprocess.run([*command, "--dir", str(tmp_path)], capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["processes"] == 4 and result["errors"] == {}
+    assert (result["resumes"], result["resumed_twice_or_more"], result["never_resumed"]) == (threads, 0, 0)
+    assert result["exactly_once"] is True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import stat
 import threading
 import warnings
@@ -58,6 +59,7 @@ log = logging.getLogger("berth")
 T = TypeVar("T")
 
 DEFAULT_MAX_ENVELOPE_BYTES = 64 * 1024 * 1024
+_CONTROL = re.compile("[\x00-\x1f\x7f]")  # what a key or prefix may not hold
 _HEAD_READ = 1024  # bytes read per frame when listing; a longer header falls back to a full read
 _DELETE_BATCH = 500  # frames per delete_many call of delete_prefix
 _warned_plaintext = False
@@ -736,7 +738,7 @@ class Store:
                 yield _listing(key, header, token, size)
 
     def _check_prefix(self, prefix: str) -> None:
-        if not isinstance(prefix, str) or prefix.startswith("/") or any(ord(c) < 32 or ord(c) == 127 for c in prefix):
+        if not isinstance(prefix, str) or prefix.startswith("/") or _CONTROL.search(prefix):
             raise InvalidKey(f"invalid prefix {prefix!r} for identity {self.identity!r}", identity=self.identity)
 
     def delete_prefix(self, prefix: str) -> int:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import re
 import time
@@ -95,6 +96,7 @@ _LEASE = timedelta(minutes=15)  # how long one resume may hold a checkpoint befo
 _LEASE_POLL = (0.005, 0.25)  # first and longest pause between looks at a held lease, in seconds
 
 
+@functools.lru_cache(maxsize=4096)  # a thread's and a checkpoint's segments come up on every call
 def _segment(value: str) -> str:
     """`value` as one valid, injective key segment (see the module's docstring)."""
     if not value:
@@ -367,12 +369,14 @@ class _SaverCore(BaseCheckpointSaver[Any]):
 
     # -- plans --------------------------------------------------------------------------------
 
-    def _pending_writes(self, thread: str, ns: str, cid: str) -> Plan[list[tuple[str, str, Any]]]:
+    def _write_keys(self, thread: str, ns: str, cid: str) -> Plan[list[str]]:
         rows = yield call("io", "heads", self._writes_prefix(thread, ns, cid))
-        if not rows:
-            return []
-        keys = [row.key for row in rows]
-        loaded = yield call("io", "load_many", keys)
+        return [row.key for row in rows]
+
+    def _writes(
+        self, thread: str, ns: str, cid: str, keys: Sequence[str], loaded: Sequence[Parked | None]
+    ) -> list[tuple[str, str, Any]]:
+        """One checkpoint's pending writes, in LangGraph's order, from its write frames as loaded."""
         found: list[tuple[tuple[str, str, int], tuple[str, str, Any]]] = []
         for key, parked in zip(keys, loaded, strict=True):
             if parked is None:
@@ -396,15 +400,24 @@ class _SaverCore(BaseCheckpointSaver[Any]):
             if not latest:
                 return None
             key = latest[0].key
-        parked = yield call("io", "load", key)
+        # the checkpoint and its writes in one batched load: the writes' keys come from the id in the key
+        # (a checkpoint id is made of safe characters, so its segment is itself); the frame's seal binds it
+        # to its key, and an id whose segment is escaped or hashed has its writes found by the body's id
+        segment = key.rsplit("/", 1)[1]
+        guess = str(cid) if cid else segment
+        write_keys = (yield from self._write_keys(thread, ns, guess)) if _segment(guess) == segment else []
+        loaded = yield call("io", "load_many", [key, *write_keys])
+        parked = loaded[0]
         if parked is None:
             return None
         want = {"thread_id": thread, "checkpoint_ns": ns}
         if cid:
             want["checkpoint_id"] = str(cid)
         body = self._bound(key, parked, want)
-        writes = yield from self._pending_writes(thread, ns, body["checkpoint_id"])
-        return self._tuple(body, writes)
+        if guess != body["checkpoint_id"]:
+            write_keys = yield from self._write_keys(thread, ns, body["checkpoint_id"])
+            loaded = [parked, *(yield call("io", "load_many", write_keys))]
+        return self._tuple(body, self._writes(thread, ns, body["checkpoint_id"], write_keys, loaded[1:]))
 
     def _list(
         self,
@@ -437,25 +450,35 @@ class _SaverCore(BaseCheckpointSaver[Any]):
                 continue
             candidates.append((parts.cid, row.key))
         candidates.sort(key=lambda item: item[0], reverse=True)  # newest first, across namespaces and threads
+        want = {} if thread is None else {"thread_id": str(thread)}
+        if ns is not None:
+            want["checkpoint_ns"] = str(ns)
         out: list[CheckpointTuple] = []
-        for start in range(0, len(candidates), _PAGE):
-            keys = [key for _, key in candidates[start : start + _PAGE]]
+        page = _PAGE if limit is None else min(_PAGE, limit)
+        for start in range(0, len(candidates), page):
+            keys = [key for _, key in candidates[start : start + page]]
             loaded = yield call("io", "load_many", keys)
+            found: list[tuple[CheckpointTuple, tuple[str, str, str], list[str]]] = []
             for key, parked in zip(keys, loaded, strict=True):
                 if parked is None:
                     continue
-                want = {} if thread is None else {"thread_id": str(thread)}
-                if ns is not None:
-                    want["checkpoint_ns"] = str(ns)
                 body = self._bound(key, parked, want)
                 tup = self._tuple(body, [])
                 if filter and not all(tup.metadata.get(k) == v for k, v in filter.items()):
                     continue
                 where_ = (body["thread_id"], body["checkpoint_ns"], body["checkpoint_id"])
-                writes = yield from self._pending_writes(*where_)
+                found.append((tup, where_, (yield from self._write_keys(*where_))))
+                if limit is not None and len(out) + len(found) >= limit:
+                    break
+            # every write of the page in one batched load
+            writes_loaded = yield call("io", "load_many", [k for _, _, wkeys in found for k in wkeys])
+            at = 0
+            for tup, where_, wkeys in found:
+                writes = self._writes(*where_, wkeys, writes_loaded[at : at + len(wkeys)])
+                at += len(wkeys)
                 out.append(tup._replace(pending_writes=writes))
-                if limit is not None and len(out) >= limit:
-                    return out
+            if limit is not None and len(out) >= limit:
+                return out
         return out
 
     def _put(
