@@ -57,7 +57,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A sealed store of identity pr-bot in a temporary directory, configured through the environment."""
     keyring = tmp_path / "keys.json"
     berth.Keyring.generate().save(keyring)
-    for name in ("BERTH_KMS", "BERTH_DEBUG", "BERTH_URL", "BERTH_IDENTITY", "BERTH_KEYRING"):
+    for name in ("BERTH_KMS", "BERTH_DEBUG", "BERTH_URL", "BERTH_IDENTITY", "BERTH_KEYRING", "BERTH_WITNESS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))  # never the real user data directory
     monkeypatch.setenv("BERTH_URL", f"sqlite://{tmp_path}/berth.db")

@@ -523,3 +523,44 @@ def test_async_store_has_the_witness_too(kind: str, tmp_path: Path, request: pyt
         close: Callable[[], None] | None = getattr(raw, "close", None)
         if close is not None:
             close()
+
+
+# --- berth audit --------------------------------------------------------------------------------
+
+
+def test_berth_audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from berth._cli import cli
+
+    keyring = tmp_path / "keys.json"
+    berth.Keyring.generate().save(keyring)
+    url, witness_url = f"sqlite:///{tmp_path}/s.db", f"sqlite:///{tmp_path}/w.db"
+    for name in ("BERTH_KMS", "BERTH_URL", "BERTH_IDENTITY", "BERTH_KEYRING", "BERTH_WITNESS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    env = {"BERTH_URL": url, "BERTH_IDENTITY": IDENTITY, "BERTH_KEYRING": str(keyring)}
+
+    def berth_(*args: str, **more: str) -> Any:
+        result = CliRunner().invoke(cli, list(args), env={**env, **more}, prog_name="berth")
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        return result
+
+    assert berth_("audit").exit_code == 2  # no witness: bad usage, one line
+    sealer = berth.AesGcmSealer(berth.Keyring.load(keyring))
+    with berth.open_store(url, identity=IDENTITY, sealer=sealer, witness=witness_url) as store:
+        _park(store, "a", "r1")
+        _park(store, "b", "r2")
+    ok = berth_("audit", BERTH_WITNESS=witness_url)
+    assert ok.exit_code == 0 and "2 keys checked" in ok.output, ok.output
+    assert berth_("--witness", witness_url, "claim", "a").exit_code == 0  # the CLI's claims are witnessed too
+    raw = open_backend(url)
+    raw.delete(f"{IDENTITY}/b", raw.get(f"{IDENTITY}/b")[1])
+    raw.close()
+    bad = berth_("audit", "--json", BERTH_WITNESS=witness_url)
+    assert bad.exit_code == 1
+    doc = json.loads(bad.stdout)
+    assert doc["ok"] is False and doc["missing"] == ["b"] and doc["replayed"] == []
+    assert "disagree with the witness" in bad.stderr

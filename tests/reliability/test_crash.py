@@ -13,6 +13,12 @@ kills it with SIGKILL after a random delay, then checks, against the log:
 - SQLite passes `PRAGMA integrity_check`;
 - the file backend: a killed writer's temporary file is removed by the next
   writer's first save into that directory, so none is left behind.
+
+With `witness=True` (issue 20) the store has a witness in a second file or SQLite
+location, and each kill is also checked for: every key still loads (no good run made
+unreadable by a kill between the frame write and the witness write), `audit()` is
+clean, and on a copy of both, every older frame of a key that this trial has seen,
+put back, is refused by load and by claim (no replay accepted).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import time
@@ -36,13 +43,13 @@ IDENTITY = "crash"
 KEYS = [f"run/{i}" for i in range(8)]
 
 
-def _url(kind: str, root: Path) -> str:
-    return f"file://{root}/store" if kind == "file" else f"sqlite:///{root}/store/berth.db"
+def _url(kind: str, root: Path, what: str = "store") -> str:
+    return f"file://{root}/{what}" if kind == "file" else f"sqlite:///{root}/{what}/berth.db"
 
 
-def _child(url: str, keyring: berth.Keyring, log_path: str, seq0: int, seed: int) -> None:
+def _child(url: str, keyring: berth.Keyring, log_path: str, seq0: int, seed: int, witness: str | None) -> None:
     os.umask(0)
-    store = berth.open_store(url, identity=IDENTITY, sealer=berth.AesGcmSealer(keyring))
+    store = berth.open_store(url, identity=IDENTITY, sealer=berth.AesGcmSealer(keyring), witness=witness)
     envelope = big_envelope(size=2000)
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     rng = random.Random(seed)
@@ -87,12 +94,24 @@ def _wait_ready(log_path: Path, proc: Any, timeout: float = 15.0) -> bool:
 
 
 def run_crash(
-    kind: str, root: Path, *, kills: int, max_delay: float = 0.06, seed: int = 1, budget: float = 600.0
+    kind: str,
+    root: Path,
+    *,
+    kills: int,
+    max_delay: float | None = None,
+    seed: int = 1,
+    budget: float = 600.0,
+    witness: bool = False,
 ) -> Result:
     """SIGKILL a save/load/claim loop `kills` times on `kind` ("file" or "sqlite") and check each time."""
-    result = Result("crash: SIGKILL mid save/load/claim", kind)
+    result = Result("crash: SIGKILL mid save/load/claim" + (" (witness)" if witness else ""), kind)
+    if max_delay is None:  # a witnessed call makes three durable writes: give the child time for several
+        max_delay = 0.3 if witness else 0.06
     root.mkdir(parents=True, exist_ok=True)
     url = _url(kind, root)
+    witness_url = _url(kind, root, "witness") if witness else None
+    seen: dict[str, dict[str, bytes]] = {key: {} for key in KEYS}  # every frame of each key, by run
+    replays = 0
     keyring = berth.Keyring.generate()
     sealer = berth.AesGcmSealer(keyring)
     ctx = multiprocessing.get_context("fork")
@@ -104,7 +123,7 @@ def run_crash(
     seq0 = 0
     while result.trials < kills and timer.left():
         log_path = root / f"log-{result.trials}"
-        proc = ctx.Process(target=_child, args=(url, keyring, str(log_path), seq0, rng.randrange(1 << 30)))
+        proc = ctx.Process(target=_child, args=(url, keyring, str(log_path), seq0, rng.randrange(1 << 30), witness_url))
         proc.start()
         seq0 += 1_000_000
         ready = _wait_ready(log_path, proc)
@@ -138,7 +157,7 @@ def run_crash(
             elif (None if value == "-" else value) != want:
                 result.fail(f"kill {result.trials}: load of {key} saw {value}, {want} was parked")
         # what is parked now, opened by a fresh host
-        store = berth.open_store(url, identity=IDENTITY, sealer=sealer)
+        store = berth.open_store(url, identity=IDENTITY, sealer=sealer, witness=witness_url)
         try:
             for key in KEYS:
                 allowed = {model[key]}
@@ -156,12 +175,22 @@ def run_crash(
                 if actual is None and model[key] is not None:
                     claimed.add(model[key])  # the in-flight claim won before the kill: a lost claim
                 model[key] = actual
+            if witness:
+                report = store.audit()
+                if not report.ok:
+                    result.fail(f"kill {result.trials}: audit after the kill: {report}")
+                for key in KEYS:
+                    found = store.backend.get(f"{IDENTITY}/{key}")
+                    if found is not None and model[key] is not None:
+                        seen[key][model[key]] = found[0]
             listed = sorted(x.key for x in store.list())
             if listed != sorted(k for k, v in model.items() if v is not None):
                 result.fail(f"kill {result.trials}: list() shows {listed}, model {model}")
             if kind == "file":
                 directory = root / "store" / IDENTITY
-                temps = [p.name for p in directory.iterdir() if p.name.startswith(".tmp-")]
+                temps = (
+                    [p.name for p in directory.iterdir() if p.name.startswith(".tmp-")] if directory.exists() else []
+                )
                 temps_seen += bool(temps)
                 if len(temps) > 1:
                     result.fail(f"kill {result.trials}: {len(temps)} temp files from one writer: {temps}")
@@ -178,17 +207,64 @@ def run_crash(
                     result.fail(f"kill {result.trials}: integrity_check says {ok}")
         finally:
             store.close()
+        if witness:
+            replays += _replays_refused(kind, root, sealer, model, seen, rng, result)
         log_path.unlink()
         if result.failures > failures_before:
             result.failures = failures_before + 1  # count failed kills, not symptoms
     scan_tree(root / "store", result)
     temps = f"; {temps_seen} kills left a temp file, each removed by the next save" if kind == "file" else ""
     result.counts = {"kills": result.trials, "mid_call": mid_call, "acknowledged": acked_total}
+    replayed = f"; {replays} replays of older frames refused" if witness else ""
     result.notes.insert(
-        0, f"{acked_total} acknowledged calls; {len(claimed)} runs claimed; {mid_call} kills mid-call{temps}"
+        0,
+        f"{acked_total} acknowledged calls; {len(claimed)} runs claimed; {mid_call} kills mid-call{temps}{replayed}",
     )
     result.seconds = timer.elapsed()
     return result
+
+
+def _replays_refused(
+    kind: str,
+    root: Path,
+    sealer: berth.Sealer,
+    model: dict[str, str | None],
+    seen: dict[str, dict[str, bytes]],
+    rng: random.Random,
+    result: Result,
+) -> int:
+    """On a copy of the store and its witness, put back an older frame of a few keys: each must be refused."""
+    copy = root / "copy"
+    shutil.rmtree(copy, ignore_errors=True)
+    for what in ("store", "witness"):
+        if kind == "file":
+            shutil.copytree(root / what, copy / what, ignore=shutil.ignore_patterns(".tmp-*"))
+        else:
+            (copy / what).mkdir(parents=True)
+            with sqlite3.connect(root / what / "berth.db") as src, sqlite3.connect(copy / what / "berth.db") as dst:
+                src.backup(dst)
+            src.close()
+            dst.close()
+    refused = 0
+    store = berth.open_store(_url(kind, copy), identity=IDENTITY, sealer=sealer, witness=_url(kind, copy, "witness"))
+    try:
+        for key in rng.sample(KEYS, 3):
+            older = [run for run in seen[key] if run != model[key]]
+            if not older:
+                continue
+            run = rng.choice(older)
+            store.backend.put(f"{IDENTITY}/{key}", seen[key][run])
+            for call in (store.load, store.claim):
+                try:
+                    got = call(key)
+                except berth.IntegrityError:
+                    continue
+                result.fail(f"replay of {run} at {key} accepted by {call.__name__}: {got!r:.80}")
+            refused += 1
+    finally:
+        store.close()
+    shutil.rmtree(copy, ignore_errors=True)
+    return refused
 
 
 def _parse(log: bytes) -> tuple[list[tuple[str, str, str]], tuple[str, str, str] | None]:
@@ -217,17 +293,19 @@ def _check(result: Result) -> None:
     assert result.counts["mid_call"] >= max(1, result.trials // 4), notes[0]
 
 
+@pytest.mark.parametrize("witness", [False, True], ids=["", "witness"])
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
-def test_sigkill_mid_save_load_claim(kind: str, tmp_path: Path) -> None:
-    result = run_crash(kind, tmp_path, kills=20, budget=60)
-    assert result.trials == 20
+def test_sigkill_mid_save_load_claim(kind: str, witness: bool, tmp_path: Path) -> None:
+    result = run_crash(kind, tmp_path, kills=20 if not witness else 10, budget=60, witness=witness)
+    assert result.trials == (20 if not witness else 10)
     _check(result)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("witness", [False, True], ids=["", "witness"])
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
-def test_sigkill_mid_save_load_claim_long(kind: str, tmp_path: Path) -> None:
-    result = run_crash(kind, tmp_path, kills=250, budget=900)
+def test_sigkill_mid_save_load_claim_long(kind: str, witness: bool, tmp_path: Path) -> None:
+    result = run_crash(kind, tmp_path, kills=250, budget=900, witness=witness)
     assert result.trials == 250
     _check(result)
 

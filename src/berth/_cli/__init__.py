@@ -12,7 +12,7 @@ The package, from the bottom up:
     _settings       where the store is and how it is sealed (flags, environment, defaults)
     _output         times, sizes, JSON, tables, progress bars, terminal-safe text
     _app            the `berth` group: shared options, every error and exit code
-    _store_cmds     ls, show, park, claim, rm, sweep, reseal, verify
+    _store_cmds     ls, show, park, claim, rm, sweep, reseal, verify, audit
     _question_cmds  questions, answer
     _key_cmds       keys generate | rotate | show
     _demo_cmd       demo (the narration is _demo)

@@ -72,6 +72,15 @@ def store_options(*, env: bool) -> Callable[[_F], _F]:
                 callback=_set("keyring"),
                 help="Keyring file that seals the store (AES-256-GCM); or set BERTH_KEYRING, or BERTH_KMS.",
             ),
+            click.option(
+                "--witness",
+                metavar="URL",
+                envvar=envvar("BERTH_WITNESS"),
+                show_envvar=env,
+                expose_value=False,
+                callback=_set("witness"),
+                help="Witness URL: where berth records each key's latest frame (needs the keys; see berth audit).",
+            ),
         ]
         for opt in reversed(opts):
             f = opt(f)

@@ -44,6 +44,7 @@ class Settings:
     url: str | None = None
     identity: str | None = None
     keyring: str | None = None
+    witness: str | None = None
     command: str = "berth"
     key: str | None = None
     _stores: list[Any] = field(default_factory=list)
@@ -57,7 +58,12 @@ class Settings:
     def for_identity(self, identity: str) -> Settings:
         """The same store and sealer settings for `identity`; what it opens closes with these settings' stores."""
         return Settings(
-            url=self.url, identity=identity, keyring=self.keyring, command=self.command, _stores=self._stores
+            url=self.url,
+            identity=identity,
+            keyring=self.keyring,
+            witness=self.witness,
+            command=self.command,
+            _stores=self._stores,
         )
 
     def store_url(self) -> str:
@@ -81,15 +87,24 @@ class Settings:
             bad_usage(f"{where(self.who)}: sealer configuration: {exc}")
 
     def open(self, *, keys: bool, accept_plaintext: bool = False) -> berth.Store:
-        """Open the store; `keys=False` for commands that read headers only and need no sealer."""
+        """Open the store; `keys=False` for commands that read headers only and need no sealer.
+
+        With a witness (`--witness`, `BERTH_WITNESS`) every command needs the keys: the witness's
+        records are sealed, and a sweep or a delete records how each frame left.
+        """
         url = self.store_url()
-        sealer = self._resolved_sealer() if keys else berth.PlaintextSealer()
+        sealer = self._resolved_sealer() if keys or self.witness else berth.PlaintextSealer()
         try:
-            store = berth.open_store(url, identity=self.who, sealer=sealer, accept_plaintext=accept_plaintext)
+            store = berth.open_store(
+                url, identity=self.who, sealer=sealer, accept_plaintext=accept_plaintext, witness=self.witness
+            )
         except berth.InvalidKey as exc:
             bad_usage(str(exc))
         except berth.BerthError as exc:
-            bad_usage(f"{where(self.who)}: cannot open store {redact_url(url)}: {redact_text(str(exc), url)}")
+            why = redact_text(str(exc), url)
+            if self.witness:
+                why = redact_text(why, self.witness)
+            bad_usage(f"{where(self.who)}: cannot open store {redact_url(url)}: {why}")
         self._stores.append(store)
         return store
 

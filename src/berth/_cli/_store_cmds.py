@@ -11,7 +11,7 @@ import click
 
 import berth
 from berth._cli._app import CONTEXT, cli, output_options, store_options
-from berth._cli._failures import one_line, refuse, warn, where
+from berth._cli._failures import bad_usage, one_line, refuse, warn, where
 from berth._cli._output import (
     ago,
     console,
@@ -510,3 +510,37 @@ def verify_cmd(settings: Settings, out: str | None) -> None:
             f"{bad} frame{'s' if bad != 1 else ''} of {where(store.identity)} did not open "
             "(tampered, unreadable, or sealed under a key id the sealer does not hold)"
         )
+
+
+@cli.command("audit", context_settings=CONTEXT)
+@output_options()
+@store_options(env=False)
+@click.pass_obj
+def audit_cmd(settings: Settings, out: str | None) -> None:
+    """Compare every frame with the witness: find deleted, replayed and unknown runs.
+
+    Needs a witness (--witness or BERTH_WITNESS) and the keys. Reports keys whose
+    frame is missing (deleted without a claim), replayed (an older frame put back,
+    or a store restored from an older copy), unknown (a frame the witness never
+    saw) and tampered (a witness record that does not open). Exit 1 if any.
+
+    \b
+    Example:
+      BERTH_WITNESS=postgresql://audit-db/berth berth audit --keyring keys.json --json
+    """
+    if not settings.witness:
+        bad_usage(f"{where(settings.who)}: berth audit needs a witness: pass --witness URL or set BERTH_WITNESS")
+    store = settings.open(keys=True)
+    report = store.audit()
+    kinds = ("missing", "replayed", "unknown", "tampered")
+    if out == "json":
+        emit_json({"ok": report.ok, "checked": report.checked, **{k: list(getattr(report, k)) for k in kinds}})
+    else:
+        for kind in kinds:
+            for key in getattr(report, kind):
+                click.echo(f"{kind:<9} {terminal_safe(key)}")
+        found = ", ".join(f"{len(getattr(report, k))} {k}" for k in kinds)
+        click.echo(f"{where(store.identity)}: {report.checked} keys checked; {found}")
+    if not report.ok:
+        bad = sum(len(getattr(report, k)) for k in kinds)
+        refuse(f"{bad} key{'s' if bad != 1 else ''} of {where(store.identity)} disagree with the witness")
