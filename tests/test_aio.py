@@ -447,6 +447,42 @@ def test_postgres_async_pool_in_a_forked_child_opens_its_own_connections(postgre
             admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
+@pytest.mark.parametrize("kind", [pytest.param("postgresql", marks=pytest.mark.postgres),
+                                  pytest.param("redis", marks=pytest.mark.redis)])  # fmt: skip
+def test_a_connection_handed_to_a_waiter_cancelled_meanwhile_is_not_lost(kind: str, request: Any) -> None:
+    # give() hands a connection straight to the first waiter; if that waiter's task is
+    # cancelled before it runs, the connection must go on (to the next waiter or idle), not leak.
+    if kind == "postgresql":
+        dsn = request.getfixturevalue("postgres_dsn")
+        backend: Any = berth.aio.open_backend(dsn, pool_max_size=1, pool_timeout=1.0)
+    else:
+        url = request.getfixturevalue("redis_url")
+        backend = berth.aio.open_backend(url, check_durability=False, max_connections=1, pool_timeout=1.0)
+    pool = backend._pool if kind == "postgresql" else backend.client.connection_pool
+
+    def give(held: Any) -> Any:
+        return pool.give(held)
+
+    async def main() -> None:
+        held = await pool.take()
+        first = asyncio.create_task(pool.take())
+        second = asyncio.create_task(pool.take())
+        await asyncio.sleep(0.01)  # both wait, in order
+        given = give(held)
+        if asyncio.iscoroutine(given):
+            await given
+        first.cancel()  # handed the connection, cancelled before it ran
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        again = await asyncio.wait_for(second, 5)  # the next waiter got it, well within pool_timeout
+        given = give(again)
+        if asyncio.iscoroutine(given):
+            await given
+        await backend.aclose()
+
+    asyncio.run(main())
+
+
 async def _hold_all_then_call(store: berth.aio.AsyncStore) -> None:
     pool = store.backend._pool  # type: ignore[attr-defined]
     pool._timeout = 0.2

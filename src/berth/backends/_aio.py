@@ -28,7 +28,7 @@ from berth._errors import TokenMismatch
 from berth._token import Token
 from berth.backends._bulk import Head, delete_many, get_many, read_head, sorted_heads, sorted_names
 
-__all__ = ["DEFAULT_MAX_THREADS", "AsyncBackend", "ThreadedBackend"]
+__all__ = ["DEFAULT_MAX_THREADS", "AsyncBackend", "ThreadedBackend", "expire"]
 
 DEFAULT_MAX_THREADS = 8
 _ROWS_PER_HOP = 256
@@ -179,3 +179,9 @@ class ThreadedBackend(AsyncBackend):
 
 def _take(rows: Iterator[Head], n: int) -> list[Head]:
     return list(itertools.islice(rows, n))
+
+
+def expire(waiter: asyncio.Future[Any]) -> None:
+    """A pool waiter's timer: `TimeoutError` in the waiting task, unless it was served first."""
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())

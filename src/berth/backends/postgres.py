@@ -40,7 +40,7 @@ from psycopg import sql
 
 from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._token import Token
-from berth.backends._aio import AsyncBackend
+from berth.backends._aio import AsyncBackend, expire
 from berth.backends._bulk import Head, upper_bound
 
 __all__ = ["SCHEMA_VERSION", "AsyncPostgresBackend", "PostgresBackend"]
@@ -657,9 +657,11 @@ class _AsyncPool:
     round trip -- its socket is readable while idle -- and dropped before use; a
     connection is made by the task that needs one, so the first call after the
     server comes back connects at once; a forked child starts with an empty pool.
-    Waiters queue in order, each with `pool_timeout`. Not psycopg_pool's AsyncConnectionPool, for the reason the
-    sync pool is not its ConnectionPool: a background reconnect schedule to
-    wait out after a restart (see the fault trials in docs/reliability.md).
+    Waiters queue in order, each with `pool_timeout`, and a connection given back
+    goes straight to the first of them (no task can take it in between). Not
+    psycopg_pool's AsyncConnectionPool, for the reason the sync pool is not its
+    ConnectionPool: a background reconnect schedule to wait out after a restart
+    (see the fault trials in docs/reliability.md).
     """
 
     def __init__(self, conninfo: str, kwargs: dict[str, Any], max_size: int, timeout: float, max_idle: float):
@@ -676,7 +678,7 @@ class _AsyncPool:
         # Also the whole of a forked child's pool: the parent's connections (and the futures of
         # its loop's waiters) are dropped unclosed, as `_Pool`'s are -- never used or closed here.
         self._idle: deque[_Lease] = deque()
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: deque[asyncio.Future[_Lease | None]] = deque()
         self._size = 0
 
     def _reusable(self, lease: _Lease) -> bool:
@@ -704,35 +706,50 @@ class _AsyncPool:
                 except BaseException:
                     self._forget()
                     raise
+            loop = asyncio.get_running_loop()
             if not deadline:
-                deadline = time.monotonic() + self._timeout
-            remaining = deadline - time.monotonic()
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                deadline = loop.time() + self._timeout
+            waiter: asyncio.Future[_Lease | None] = loop.create_future()
             self._waiters.append(waiter)
+            timer = loop.call_at(deadline, expire, waiter)
             try:
-                if remaining <= 0:
-                    raise TimeoutError
-                await asyncio.wait_for(waiter, remaining)
+                given = await waiter
             except TimeoutError:
                 raise psycopg.OperationalError(
                     f"no free connection within {self._timeout:g} s (pool_timeout)"
                 ) from None
+            except BaseException:  # cancelled: a lease handed over meanwhile goes to the next waiter
+                if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                    handed = waiter.result()
+                    if handed is not None:
+                        self._hand(handed)
+                raise
             finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
+                timer.cancel()
+            if given is not None:  # handed over by give(): no other task could take it meanwhile
+                if self._reusable(given):
+                    return given
+                await self._drop(given)
+            # else a slot freed (or the pool closed): look again
 
-    def _wake_one(self) -> None:
+    def _wake_one(self, lease: _Lease | None = None) -> bool:
+        # Waiters that timed out or were cancelled are done: skipped (never searched for and removed).
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                waiter.set_result(None)
-                return
+                waiter.set_result(lease)
+                return True
+        return False
+
+    def _hand(self, lease: _Lease) -> None:
+        """An idle connection goes straight to the first waiter, else to the idle list."""
+        lease.since = time.monotonic()
+        if not self._wake_one(lease):
+            self._idle.append(lease)
 
     async def give(self, lease: _Lease) -> None:
         if not self._closed and lease.conn.pgconn.transaction_status == _IDLE_TX:
-            lease.since = time.monotonic()
-            self._idle.append(lease)
-            self._wake_one()
+            self._hand(lease)
         else:
             await self._drop(lease)
 
@@ -750,10 +767,8 @@ class _AsyncPool:
         self._closed = True
         while self._idle:
             await self._drop(self._idle.pop())
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
+        while self._wake_one():
+            pass
 
 
 class AsyncPostgresBackend(AsyncBackend):

@@ -22,7 +22,6 @@ server (`DurabilityWarning`) when that can happen.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
@@ -45,7 +44,7 @@ from redis.retry import Retry
 
 from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
 from berth._token import Token
-from berth.backends._aio import AsyncBackend
+from berth.backends._aio import AsyncBackend, expire
 from berth.backends._bulk import Head, sorted_names
 
 __all__ = ["AsyncRedisBackend", "DurabilityWarning", "RedisBackend"]
@@ -810,33 +809,34 @@ def _pool_class() -> Any:
             self.give(connection)
 
         async def take(self) -> Any:
-            conn: Any
+            conn: Any = None
             deadline = 0.0
-            while True:
+            while conn is None:
                 if self._available_connections:
                     conn = self._available_connections.pop()
-                    break
-                if len(self._in_use_connections) < self.max_connections:
+                elif len(self._in_use_connections) < self.max_connections:
                     conn = self.make_connection()  # type: ignore[no-untyped-call]
+                else:
+                    loop = asyncio.get_running_loop()
+                    if not deadline:
+                        deadline = loop.time() + self.wait_timeout
+                    waiter = loop.create_future()
+                    self._waiters.append(waiter)
+                    timer = loop.call_at(deadline, expire, waiter)
+                    try:
+                        conn = await waiter  # handed over by give(), still counted in use
+                    except TimeoutError:
+                        raise redis.exceptions.ConnectionError(
+                            f"no free connection within {self.wait_timeout:g} s (pool_timeout)"
+                        ) from None
+                    except BaseException:  # cancelled: a connection handed over meanwhile goes on
+                        if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                            self.give(waiter.result())
+                        raise
+                    finally:
+                        timer.cancel()
                     break
-                loop = asyncio.get_running_loop()
-                if not deadline:
-                    deadline = loop.time() + self.wait_timeout
-                waiter = loop.create_future()
-                self._waiters.append(waiter)
-                timer = loop.call_at(deadline, _expire, waiter)
-                try:
-                    await waiter
-                except TimeoutError:
-                    raise redis.exceptions.ConnectionError(
-                        f"no free connection within {self.wait_timeout:g} s (pool_timeout)"
-                    ) from None
-                finally:
-                    timer.cancel()
-                    if not waiter.done() or waiter.cancelled():
-                        with contextlib.suppress(ValueError):
-                            self._waiters.remove(waiter)
-            self._in_use_connections.add(conn)
+                self._in_use_connections.add(conn)
             try:
                 if not conn.is_connected:
                     await conn.connect()
@@ -849,20 +849,16 @@ def _pool_class() -> Any:
             return conn
 
         def give(self, conn: Any) -> None:
-            self._in_use_connections.discard(conn)
-            self._available_connections.append(conn)
+            # Straight to the first waiter (timed-out or cancelled ones are done: skipped), else idle.
             while self._waiters:
                 waiter = self._waiters.popleft()
                 if not waiter.done():
-                    waiter.set_result(None)
+                    waiter.set_result(conn)
                     return
+            self._in_use_connections.discard(conn)
+            self._available_connections.append(conn)
 
     return _LeanPool
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
 
 
 async def _has_data(conn: Any) -> bool:
