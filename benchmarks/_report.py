@@ -468,7 +468,8 @@ def write(res: dict[str, Any], doc: Path, png: Path) -> Goals:
         meta["command"],
         "```",
         "",
-        f"Run {meta['when']} ({meta['mode']} mode, {meta['duration_s']:.0f} s).",
+        f"Run {meta['when']} on commit {meta.get('commit') or 'unrecorded'} ({meta['mode']} mode, "
+        f"{meta['duration_s']:.0f} s).",
         "",
         "## Machine and versions",
         "",

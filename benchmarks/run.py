@@ -35,12 +35,14 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(ROOT))
 warnings.simplefilter("ignore", DeprecationWarning)
 
 import _common  # noqa: E402
 import _cycle  # noqa: E402
 import _report  # noqa: E402
 from _servers import BENCH_DB, POSTGRES_DSN, Servers  # noqa: E402
+from scripts._commit import measured_commit  # noqa: E402
 
 WORKLOADS = ("cycle", "counts", "sealing", "large", "listing", "contention")
 PACKAGES = (
@@ -157,6 +159,7 @@ def main() -> None:
         + ("" if only == set(WORKLOADS) else f" --only {args.only}"),
         "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": "quick" if quick else "full",
+        "commit": measured_commit(ROOT, generated=["docs/benchmarks.md", "docs/benchmarks-cycle.png"]),
         "machine": machine(),
         "versions": versions(),
     }

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
+from scripts._commit import measured_commit  # noqa: E402
 from tests._moto import moto_command  # noqa: E402
 from tests._net import free_port, wait_http  # noqa: E402
 from tests.reliability import (  # noqa: E402
@@ -53,6 +54,7 @@ DOC = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- reliability:begin -->", "<!-- reliability:end -->"
 SCENARIOS = ["tamper", "fuzz", "leaks", "crash", "races", "faults", "server-crash", "hostile"]
 NETWORK = ["postgresql", "redis", "s3", "gcs"]
+UNRECORDED = "-"  # the commit of a row measured before rows named theirs (its run line above may name it)
 
 TITLES = {
     "tamper": "tamper: bit flips, truncations, appends",
@@ -280,15 +282,16 @@ def _fault_server(backend: str, address: Any) -> test_faults.Server:
 # --- the report ----------------------------------------------------------------------------
 
 
-def table(rows: list[Result]) -> str:
-    """The results as a Markdown table, with each row's first note below it."""
+def table(rows: list[Result], commits: dict[tuple[str, str], str]) -> str:
+    """The results as a Markdown table, each row with the commit it measured, and its first note below it."""
     lines = [
-        "| scenario | backend | trials | failures | seconds |",
-        "| --- | --- | ---: | ---: | ---: |",
+        "| scenario | backend | trials | failures | seconds | commit |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
         failures = "skipped" if r.trials == 0 and not r.failures else str(r.failures)
-        lines.append(f"| {r.scenario} | {r.backend} | {r.trials:,} | {failures} | {r.seconds:,.1f} |")
+        commit = commits.get((r.scenario, r.backend)) or UNRECORDED
+        lines.append(f"| {r.scenario} | {r.backend} | {r.trials:,} | {failures} | {r.seconds:,.1f} | {commit} |")
     notes = [f"- {r.scenario} / {r.backend}: {r.notes[0]}" for r in rows if r.notes]
     return "\n".join(lines + ([""] + notes if notes else []))
 
@@ -301,23 +304,25 @@ def previous_runs() -> list[str]:
     return [line for line in part.splitlines() if line.startswith("- `")]
 
 
-def previous_rows() -> list[Result]:
-    """The rows (and their first notes) of the table docs/reliability.md holds now."""
+def previous_rows() -> tuple[list[Result], dict[tuple[str, str], str]]:
+    """The rows (and their first notes) of the table docs/reliability.md holds now, and each row's commit."""
     if not DOC.exists() or BEGIN not in DOC.read_text():
-        return []
+        return [], {}
     part = DOC.read_text().split(BEGIN, 1)[1].split(END, 1)[0]
     rows: dict[tuple[str, str], Result] = {}
+    commits: dict[tuple[str, str], str] = {}
     for line in part.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and len(cells) == 5 and cells[0] not in ("scenario", "---"):
+        if line.startswith("| ") and len(cells) in (5, 6) and cells[0] not in ("scenario", "---"):
             failures = 0 if cells[3] == "skipped" else int(cells[3])
             r = Result(cells[0], cells[1], int(cells[2].replace(",", "")), failures, float(cells[4].replace(",", "")))
             rows[(r.scenario, r.backend)] = r
+            commits[(r.scenario, r.backend)] = cells[5] if len(cells) == 6 else UNRECORDED
         elif line.startswith("- "):
             for (scenario, backend), r in rows.items():
                 if line[2:].startswith(f"{scenario} / {backend}: "):
                     r.notes = [line[2 + len(f"{scenario} / {backend}: ") :]]
-    return list(rows.values())
+    return list(rows.values()), commits
 
 
 def _order(r: Result) -> tuple[int, int]:
@@ -338,17 +343,6 @@ def write_doc(body: str) -> None:
     DOC.write_text(f"{head}{BEGIN}\n{body}\n{END}{tail}")
 
 
-def _commit() -> str:
-    """The commit measured (with `+changes` when the tree differs from it)."""
-    try:
-        git = ["git", "-C", str(ROOT)]
-        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run([*git, "status", "--porcelain", "src", "tests"], capture_output=True, text=True)
-    except OSError:
-        return "unknown"
-    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "") if head.returncode == 0 else "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen scenarios, print the table, write it to docs/reliability.md; exit 1 on any failure."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -364,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)  # psycopg.pool narrates every reconnect during the fault trials
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
+    commit = measured_commit(ROOT, generated=["docs/reliability.md"])
     rows: list[Result] = []
     wanted = [b for b in NETWORK if b in args.backends and {"races", "faults", "hostile"} & set(args.only)]
     with servers(wanted) as addresses:
@@ -385,23 +380,25 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{r.scenario:<72} {r.backend:<12} {r.trials:>9,} {r.failures:>5} {r.seconds:>8.1f}s", flush=True)
                 for note in r.notes[1:4] if r.failures else []:
                     print(f"    {note}", flush=True)
+    commits = {(r.scenario, r.backend): commit for r in rows}
     if args.merge:
-        fresh = {(r.scenario, r.backend) for r in rows}
-        rows = [r for r in previous_rows() if (r.scenario, r.backend) not in fresh] + rows
+        kept, kept_commits = previous_rows()
+        rows = [r for r in kept if (r.scenario, r.backend) not in commits] + rows
+        commits = {**kept_commits, **commits}
         rows.sort(key=_order)
     run = (
         f"`{' '.join(['.venv/bin/python', 'scripts/reliability.py', *(argv or sys.argv[1:])])}` "
         f"on {started:%Y-%m-%d %H:%M} UTC: {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"{f'{args.count:,} per row' if args.count else 'CI counts (--quick)' if args.quick else 'long counts'}, "
         f"{time.monotonic() - t0:,.0f} s, "
-        f"commit {_commit()}"
+        f"commit {commit}"
     )
     history = previous_runs() if args.merge else []
-    body = "\n".join([*history, f"- {run}."]) + "\n\n" + table(rows)
-    print("\n" + table(rows))
+    body = "\n".join([*history, f"- {run}."]) + "\n\n" + table(rows, commits)
+    print("\n" + table(rows, commits))
     if not args.no_write:
         write_doc(body)
-        print(f"\nwritten to {DOC.relative_to(ROOT)}", file=sys.stderr)
+        print(f"\nwritten to {DOC}", file=sys.stderr)
     return 1 if any(r.failures for r in rows) else 0
 
 

@@ -1,0 +1,135 @@
+"""docs/reliability.md and docs/benchmarks.md name the commit they measured (issue 21.13)."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from scripts import reliability
+from scripts._commit import measured_commit
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    if shutil.which("git") is None:
+        pytest.fail("git is not installed: the pages name the commit they measured through it", pytrace=False)
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    (repo / "code.py").write_text("x = 1\n")
+    (repo / "docs" / "page.md").write_text("table\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "one")
+    return repo
+
+
+def test_a_clean_tree_is_its_short_hash(repo: Path) -> None:
+    short = _git(repo, "rev-parse", "--short", "HEAD")
+    assert re.fullmatch(r"[0-9a-f]{7,}", short)
+    assert measured_commit(repo) == short
+
+
+def test_a_changed_or_new_file_makes_it_dirty(repo: Path) -> None:
+    short = _git(repo, "rev-parse", "--short", "HEAD")
+    (repo / "code.py").write_text("x = 2\n")
+    assert measured_commit(repo) == f"{short}+dirty"
+    _git(repo, "checkout", "-q", "code.py")
+    (repo / "new.py").write_text("")
+    assert measured_commit(repo) == f"{short}+dirty"
+
+
+def test_the_page_being_regenerated_does_not_make_it_dirty(repo: Path) -> None:
+    short = _git(repo, "rev-parse", "--short", "HEAD")
+    (repo / "docs" / "page.md").write_text("table, half regenerated\n")
+    assert measured_commit(repo, generated=["docs/page.md"]) == short
+    assert measured_commit(repo) == f"{short}+dirty"
+
+
+def test_outside_git_it_is_unknown(tmp_path: Path) -> None:
+    assert measured_commit(tmp_path) == "unknown"
+
+
+def _run_reliability(argv: list[str], doc: Path, commit: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(reliability, "DOC", doc)
+    monkeypatch.setattr(reliability, "measured_commit", lambda root, generated=(): commit)
+    try:
+        assert reliability.main(argv) == 0
+    finally:
+        logging.disable(logging.NOTSET)  # main() quiets the pool's reconnect chatter for its run
+    return doc.read_text()
+
+
+def test_the_reliability_page_names_the_commit_of_its_run_and_of_each_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = tmp_path / "reliability.md"
+    doc.write_text(f"# Reliability\n\n{reliability.BEGIN}\n{reliability.END}\n")
+    text = _run_reliability(["--quick", "--only", "tamper"], doc, "abc1234", monkeypatch)
+    run_lines = [line for line in text.splitlines() if line.startswith("- `")]
+    assert len(run_lines) == 1 and run_lines[0].endswith("commit abc1234.")
+    rows = [line for line in text.splitlines() if line.startswith("| tamper")]
+    assert rows and all(line.endswith("| abc1234 |") for line in rows), rows
+
+    # a later --merge of other rows keeps each earlier row's commit and stamps its own on the new rows
+    text = _run_reliability(
+        ["--quick", "--merge", "--only", "leaks", "--backends", "file"], doc, "def5678+dirty", monkeypatch
+    )
+    assert [line for line in text.splitlines() if line.startswith("| tamper")] == rows
+    leaks = [line for line in text.splitlines() if line.startswith("| leaks")]
+    assert len(leaks) == 1 and leaks[0].endswith("| def5678+dirty |")
+    assert [line[-len("commit def5678+dirty.") :] for line in text.splitlines() if line.startswith("- `")][1:] == [
+        "commit def5678+dirty."
+    ]
+
+
+def test_a_reliability_row_from_before_commits_were_recorded_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = tmp_path / "reliability.md"
+    old = "| crash: SIGKILL mid save/load/claim | file | 250 | 0 | 12.9 |"
+    header = "| scenario | backend | trials | failures | seconds |"
+    doc.write_text(f"# Reliability\n\n{reliability.BEGIN}\n{header}\n{old}\n{reliability.END}\n")
+    text = _run_reliability(
+        ["--quick", "--merge", "--only", "tamper", "--backends", "file"], doc, "abc1234", monkeypatch
+    )
+    assert f"{old} {reliability.UNRECORDED} |" in text.splitlines()
+
+
+def _bench_report() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "benchmarks" / "_report.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmarks_page_names_the_commit_it_measured(tmp_path: Path) -> None:
+    meta: dict[str, Any] = {
+        "command": "python benchmarks/run.py --only counts",
+        "when": "2026-12-01 02:00 UTC",
+        "mode": "quick",
+        "commit": "abc1234+dirty",
+        "duration_s": 12.0,
+        "machine": {"CPU": "test"},
+        "versions": {"berth": "0"},
+    }
+    doc = tmp_path / "benchmarks.md"
+    _bench_report().write({"meta": meta}, doc, tmp_path / "chart.png")
+    assert "Run 2026-12-01 02:00 UTC on commit abc1234+dirty (quick mode, 12 s)." in doc.read_text().splitlines()
+    # results saved before runs recorded their commit say so rather than naming none
+    del meta["commit"]
+    _bench_report().write({"meta": meta}, doc, tmp_path / "chart.png")
+    assert "Run 2026-12-01 02:00 UTC on commit unrecorded (quick mode, 12 s)." in doc.read_text().splitlines()
