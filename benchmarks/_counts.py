@@ -21,7 +21,12 @@ from typing import Any
 
 from _common import chat_messages, worker_command, worker_result
 
-ROLES = {"berth": "berth sealed", "floor": "floor (raw client)", "peer": "LangGraph unencrypted"}
+ROLES = {
+    "berth": "berth sealed",
+    "floor": "floor (raw client)",
+    "peer": "LangGraph unencrypted",
+    "witness": "berth sealed + witness",
+}
 
 
 def _variant(backend: str, role: str, ctx: dict[str, Any]) -> Any:
@@ -41,6 +46,10 @@ def _variant(backend: str, role: str, ctx: dict[str, Any]) -> Any:
         return berth_variant(url, messages, **options)
     if role == "floor":
         return floor_variant(make_floor(backend, ctx, tag), messages)
+    if role == "witness":
+        from _witness import witnessed_variant
+
+        return witnessed_variant(backend, ctx, messages, tag)
     if backend == "sqlite":
         return langgraph_sqlite_variants(f"{ctx['dir']}/{tag}.db", messages, only=ROLES["peer"])[0]
     return langgraph_postgres_variants(ctx["postgres"], messages, only=ROLES["peer"])[0]
@@ -53,7 +62,8 @@ def count_job(args: dict[str, Any]) -> dict[str, Any]:
     for _ in range(3):
         variant.op()
     counters: dict[str, int] = {}
-    if backend == "sqlite":
+    trace_statements = backend == "sqlite" and role != "witness"  # a witness has a connection of its own
+    if trace_statements:
         handle = variant.handle
         conn = handle.backend._conn() if role == "berth" else handle.conn
         statements = [0]
@@ -75,7 +85,7 @@ def count_job(args: dict[str, Any]) -> dict[str, Any]:
         urllib3.connectionpool.HTTPConnectionPool.urlopen = urlopen  # type: ignore[method-assign]
     for _ in range(n):
         variant.op()
-    if backend == "sqlite":
+    if trace_statements:
         conn.set_trace_callback(None)
         counters["statements"] = statements[0]
     if backend in ("s3", "gcs"):

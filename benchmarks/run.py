@@ -44,7 +44,7 @@ import _report  # noqa: E402
 from _servers import BENCH_DB, POSTGRES_DSN, Servers  # noqa: E402
 from scripts._commit import measured_commit  # noqa: E402
 
-WORKLOADS = ("cycle", "counts", "sealing", "large", "listing", "contention")
+WORKLOADS = ("cycle", "counts", "sealing", "large", "listing", "contention", "witness")
 PACKAGES = (
     "berth",
     "cryptography",
@@ -270,6 +270,15 @@ def main() -> None:
             counts = _contention.WRITERS_QUICK if quick else _contention.WRITERS
             log(f"contention writers: {cb} at {counts} processes")
             res["writers"] = _contention.run_writers(cb, ctx, 1 if quick else 3, counts, 3.0 if quick else 5.0)
+
+        if "witness" in only:
+            import _witness
+
+            wb = [b for b in _witness.BACKENDS if b in available]
+            log(f"witness: {wb} ({trials} trials x {budget}s per contender)")
+            res["witness"] = _witness.run(wb, ctx, messages, trials=trials, budget=budget, n=20 if quick else 60)
+            for backend, entry in res["witness"].items():
+                log(f"  {backend}: {entry.get('counts')}")
 
     meta["duration_s"] = time.time() - started
     res["meta"] = meta
