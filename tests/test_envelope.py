@@ -188,6 +188,31 @@ def test_state_bytes_with_invalid_utf8_inside_a_string_are_refused() -> None:
     assert env.state() == {"é": "ü"}
 
 
+def test_a_large_state_is_checked_for_utf8_a_piece_at_a_time() -> None:
+    # issue 15.6: one str of the whole state (4 bytes a character with an emoji in it) cost 3.9x
+    # the state in peak memory; the check goes piece by piece, and still finds every bad byte
+    import tracemalloc
+
+    from berth._envelope import _UTF8_PIECE as piece
+
+    text = ("naïve 🙂 " * 600_000).encode()  # ~7.8 MiB: many pieces, characters across their ends
+    good = b'["' + text + b'"]'
+    tracemalloc.start()
+    env = berth.Envelope(provider_state=good)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert env.provider_state is good or env.provider_state == good
+    assert peak < len(good) // 4, peak
+    for at in (2, piece - 1, piece, piece + 1, 5 * piece + 2, len(good) - 2):
+        while good[at] & 0xC0 == 0x80:  # a character's start, so the bad byte is where it is reported
+            at += 1
+        bad = good[:at] + b"\xff" + good[at:]
+        with pytest.raises(berth.InvalidEnvelope, match=f"invalid UTF-8 at byte {at}"):
+            berth.Envelope(provider_state=bad)
+    with pytest.raises(berth.InvalidEnvelope, match="UTF-8"):  # a character cut at the very end
+        berth.Envelope(provider_state=good[:-2].rstrip(b"\x80\x81\x82\x83\x84\x85\x86\x87") + b'\xf0\x9f"]')
+
+
 def test_state_nested_too_deeply_is_invalid_envelope_not_recursion_error() -> None:
     # issue 12.6
     deep_bytes = b"[" * 3000 + b"]" * 3000

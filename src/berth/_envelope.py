@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import math
 import os
@@ -54,7 +55,7 @@ def _raw_json(value: Any, what: str) -> bytes:
         try:
             msgspec.json.decode(data, type=msgspec.Raw)
             if not data.isascii():
-                data.decode("utf-8")  # msgspec does not check the bytes inside strings
+                _check_utf8(data)  # msgspec does not check the bytes inside strings
         except (msgspec.DecodeError, RecursionError) as exc:
             raise InvalidEnvelope(f"{what} is not valid JSON: {_short(exc)}") from None
         except UnicodeDecodeError as exc:
@@ -74,6 +75,38 @@ def _raw_json(value: Any, what: str) -> bytes:
     if b"null" in data and _has_non_finite(value):  # both encoders write NaN and ±Infinity as null
         raise InvalidEnvelope(f"{what} holds NaN or Infinity, which JSON cannot carry (it would come back as null)")
     return data
+
+
+_UTF8_PIECE = 1 << 18  # at most 1 MiB of str at a time (4 bytes a character)
+
+
+def _check_utf8(data: bytes) -> None:
+    """Raise `UnicodeDecodeError` unless `data` is UTF-8, never holding more than a piece decoded.
+
+    Decoding 64 MiB of text with one emoji in it at once would build a 256 MiB str (4 bytes a
+    character) only to drop it: a large state is checked 256 KiB at a time instead.
+    """
+    if len(data) <= _UTF8_PIECE:
+        data.decode("utf-8")
+        return
+    decode = codecs.getincrementaldecoder("utf-8")().decode
+    view = memoryview(data)
+    at = 0
+    try:
+        for at in range(0, len(data), _UTF8_PIECE):
+            decode(view[at : at + _UTF8_PIECE])
+        decode(b"", True)
+    except UnicodeDecodeError:
+        # Its positions are the decoder's own: decode the failing piece alone, from the start
+        # of the character it begins in, for the position within `data`.
+        start = at
+        while start > 0 and data[start] & 0xC0 == 0x80:
+            start -= 1
+        try:
+            data[start : at + _UTF8_PIECE].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UnicodeDecodeError("utf-8", data, start + exc.start, start + exc.end, exc.reason) from None
+        raise
 
 
 def _short(exc: BaseException) -> str:
