@@ -173,3 +173,26 @@ def test_parked_repr_shows_no_state() -> None:
     assert parked is not None
     assert SECRET not in repr(parked) and SECRET not in str(parked)
     assert "Token(" in repr(parked) and "bytes>" in repr(parked)
+
+
+def test_a_state_of_the_documented_maximum_fits_the_default_limit() -> None:
+    # issue 15.6: the default limit counted the whole envelope JSON, so a 64 MiB state was refused
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    store = berth.open_store("memory://", identity="big", sealer=sealer)
+    assert store.max_envelope_bytes == store_module.DEFAULT_MAX_ENVELOPE_BYTES
+    state = b'"' + b"a" * (store_module.MAX_STATE_BYTES - 2) + b'"'
+    assert len(state) == 64 * 1024 * 1024
+    env = berth.Envelope(
+        provider_state=state,
+        run_id="r" * 200,
+        labels={f"l{i}": "v" * 256 for i in range(64)},
+        pending_calls=[berth.PendingCall(f"c{i}", "tool", {"x": "y" * 1000}) for i in range(100)],
+    )
+    store.save("k", env)
+    parked = store.load("k")
+    assert parked is not None and len(parked.envelope.provider_state) == len(state)
+    del parked, env
+    too_big = b'"' + b"a" * (store_module.DEFAULT_MAX_ENVELOPE_BYTES - 2) + b'"'
+    with pytest.raises(berth.EnvelopeTooLarge, match="max_envelope_bytes"):
+        store.save("k2", berth.Envelope(provider_state=too_big))
+    assert store.load("k2") is None

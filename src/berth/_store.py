@@ -58,7 +58,11 @@ __all__ = [
 log = logging.getLogger("berth")
 T = TypeVar("T")
 
-DEFAULT_MAX_ENVELOPE_BYTES = 64 * 1024 * 1024
+MAX_STATE_BYTES = 64 * 1024 * 1024
+"""The largest `provider_state` the default limit parks (docs/store.md, *Size limit*)."""
+_ENVELOPE_ALLOWANCE = 1024 * 1024  # the rest of the envelope beside a state of MAX_STATE_BYTES
+DEFAULT_MAX_ENVELOPE_BYTES = MAX_STATE_BYTES + _ENVELOPE_ALLOWANCE
+"""The default `max_envelope_bytes`: 65 MiB of envelope JSON, so a 64 MiB state fits with 1 MiB for the rest."""
 _CONTROL = re.compile("[\x00-\x1f\x7f]")  # what a key or prefix may not hold
 _HEAD_READ = 1024  # bytes read per frame when listing; a longer header falls back to a full read
 _DELETE_BATCH = 500  # frames per delete_many call of delete_prefix
@@ -398,7 +402,8 @@ class Store:
         Raises:
             InvalidKey: the key breaks the key rules (before any I/O).
             InvalidEnvelope: not an Envelope, or a version this berth does not park.
-            EnvelopeTooLarge: the encoded envelope exceeds `max_envelope_bytes`.
+            EnvelopeTooLarge: the envelope's JSON (provider_state, loop_state, calls, labels and the
+                other fields, before sealing) exceeds `max_envelope_bytes`.
             TokenMismatch: `if_absent` and something is parked, or `if_match` and the token is
                 stale, zero, or nothing is parked; nothing was written.
             BackendError: the write failed; the previous envelope, if any, is intact.
@@ -948,7 +953,8 @@ def open_store(
         identity: the namespace of one agent, tenant or service.
         sealer: None means `PlaintextSealer()`, with a warning once (development only).
         accept_plaintext: let a sealed store read legacy plaintext frames, to `reseal` them.
-        max_envelope_bytes: refuse envelopes larger than this once encoded (64 MiB).
+        max_envelope_bytes: refuse envelopes whose JSON (before sealing) is larger than this;
+            the default, 65 MiB, takes a 64 MiB `provider_state` with 1 MiB for the rest.
         clock: returns "now" as an aware datetime (tests inject one).
         witness: a second backend URL (or a backend), ideally in another trust domain, where
             berth records the latest frame of each key and how it left; load and claim then

@@ -192,3 +192,26 @@ def test_a_turn_never_taken_back_goes_on_to_sqlite_after_busy_timeout(tmp_path) 
     assert backend.get("i/k") is None
     os.close(holder)
     backend.close()
+
+
+def test_large_frames_are_written_by_blob_io_under_every_condition(tmp_path) -> None:
+    # issue 15.6: frames of 1 MiB and more go into a zeroblob piece by piece (not bound whole)
+    from berth.backends import sqlite as module
+
+    backend = SqliteBackend(str(tmp_path / "b.db"))
+    big = bytes(range(256)) * ((3 * module._BLOB_PIECE) // 256) + b"tail"
+    other = big[::-1]
+    token = backend.put("i/k", big)
+    assert backend.get("i/k") == (big, token)
+    with pytest.raises(berth.TokenMismatch):
+        backend.put("i/k", other, if_absent=True)
+    with pytest.raises(berth.TokenMismatch):
+        backend.put("i/k", other, if_match=berth.Token(token.value + 1))
+    assert backend.get("i/k") == (big, token)  # a refused condition wrote nothing
+    second = backend.put("i/k", bytearray(other), if_match=token)
+    assert second != token and backend.get("i/k") == (other, second)
+    third = backend.put("i/new", big, if_absent=True)
+    assert backend.get("i/new") == (big, third)
+    backend.delete("i/k", second)
+    assert backend.get("i/k") is None
+    backend.close()
