@@ -289,6 +289,85 @@ def test_ls_expired_and_empty(store: berth.Store) -> None:
     assert "expired" in ok("ls").stdout
 
 
+def test_ls_table_shows_a_default_limit_counts_the_rest_and_all_shows_every_one(
+    store: berth.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("berth._cli._store_cmds.LS_LIMIT", 3)
+    for i in range(5):
+        park(store, f"k{i}")
+    expire(store, "k9")
+
+    def keys(text: str) -> list[str]:
+        return [line.split()[0] for line in text.splitlines()[2:] if line.startswith("k")]
+
+    table = ok("ls").stdout
+    assert keys(table) == ["k0", "k1", "k2"]
+    assert table.splitlines()[-1] == "3 of 6 envelopes shown: --all for every one, --limit N for the first N"
+    assert keys(ok("ls", "--all").stdout) == ["k0", "k1", "k2", "k3", "k4", "k9"]
+    assert "shown" not in ok("ls", "--all").stdout
+    assert keys(ok("ls", "--limit", "5").stdout) == ["k0", "k1", "k2", "k3", "k4"]
+    assert ok("ls", "--limit", "5").stdout.splitlines()[-1].startswith("5 of 6 envelopes shown")
+    assert keys(ok("ls", "--expired").stdout) == ["k9"]
+    assert "shown" not in ok("ls", "--prefix", "k9").stdout
+    assert ok("ls", "--prefix", "k", "--limit", "1").stdout.splitlines()[-1].startswith("1 of 6 envelopes under 'k'")
+    # Scripts get every one unless they ask for fewer.
+    assert len(json.loads(ok("ls", "--json").stdout)) == 6
+    assert len(ok("ls", "--jsonl").stdout.splitlines()) == 6
+    assert [d["key"] for d in json.loads(ok("ls", "--json", "--limit", "2").stdout)] == ["k0", "k1"]
+    assert [json.loads(x)["key"] for x in ok("ls", "--jsonl", "--expired", "--limit", "1").stdout.splitlines()] == [
+        "k9"
+    ]
+    fails(2, "ls", "--all", "--limit", "2", says=["--all and --limit"])
+    fails(2, "ls", "--limit", "0")
+
+
+def test_ls_json_streams_the_same_text_as_one_document(store: berth.Store) -> None:
+    from berth._cli._output import json_text
+
+    assert ok("ls", "--json").stdout == "[]\n"
+    for i in range(3):
+        park(store, f"org/\u202erepo#{i}")
+    docs = json.loads(ok("ls", "--json").stdout)
+    assert ok("ls", "--json").stdout == json_text(docs) + "\n" and len(docs) == 3
+
+
+def test_ls_table_prints_its_first_rows_before_the_listing_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    from berth._cli._output import print_listing
+
+    at = datetime.now(timezone.utc)
+    seen: list[str] = []
+
+    def listings() -> Iterator[berth.Listing]:
+        for i in range(10_000):
+            if i == 200:  # well before the end: the header and the first rows are out already
+                seen.append(capsys.readouterr().out)
+            yield berth.Listing(f"k{i:05}", "r", at, None, 10, {}, "plaintext:sha256", berth.Token(1))  # type: ignore[arg-type]
+
+    assert print_listing(listings(), at, None) == (10_000, 10_000)
+    head = seen[0].splitlines()
+    assert head[0].split() == ["KEY", "RUN", "ID", "AGE", "DEADLINE", "SIZE", "SEALED", "BY", "LABELS"]
+    assert head[2].startswith("k00000  r ") and len(head) >= 50
+    assert capsys.readouterr().out.splitlines()[-1].startswith("k09999  r ")
+    assert print_listing(listings(), at, 7) == (7, 10_000)
+
+
+def test_ls_table_folds_long_cells_escapes_controls_and_colours_expired_on_a_colour_terminal(
+    store: berth.Store,
+) -> None:
+    park(store, "org/" + "x" * 150, deadline=timedelta(hours=1))
+    store.save(
+        "old", berth.Envelope(provider_state=b"{}", deadline=datetime.now(timezone.utc), labels={"x": "\x1b[2J"})
+    )
+    lines = ok("ls", env={"COLUMNS": "80"}).stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    assert "".join(line.split()[0] for line in lines[2:] if line.startswith(("org/", "x"))) == "org/" + "x" * 150
+    wide = ok("ls", env={"COLUMNS": "300"}).stdout
+    assert "x=\\x1b[2J" in wide and "\x1b" not in wide + "".join(lines)
+    coloured = ok("ls", env={"COLUMNS": "300", "FORCE_COLOR": "1", "NO_COLOR": None}).stdout
+    assert coloured.startswith("\x1b[1mKEY") and "\x1b[31mexpired" in coloured and "x=\\x1b[2J" in coloured
+    assert "\x1b" not in ok("ls", env={"FORCE_COLOR": "1", "NO_COLOR": "1"}).stdout
+
+
 def test_ls_needs_no_key(store: berth.Store, monkeypatch: pytest.MonkeyPatch) -> None:
     park(store, "k")
     monkeypatch.delenv("BERTH_KEYRING")
@@ -833,7 +912,7 @@ def test_subprocess_success_refused_and_bad_usage(store: berth.Store) -> None:
 def test_subprocess_broken_pipe_is_quiet(store: berth.Store) -> None:
     for i in range(600):  # more than a pipe buffer of rows
         park(store, f"k{i:03}")
-    for args in (["ls"], ["ls", "--jsonl"]):
+    for args in (["ls"], ["ls", "--all"], ["ls", "--jsonl"]):
         # `berth ls | head -1`, with berth's own exit status (pipefail): 0 or SIGPIPE's 141, never 1 (refused).
         done = subprocess.run(
             ["bash", "-c", f"set -o pipefail; {BERTH} {' '.join(args)} | head -1"],

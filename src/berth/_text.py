@@ -46,6 +46,8 @@ def terminal_safe(text: str) -> str:
     For anything that reaches a terminal from storage or from another person: keys, labels,
     run ids, prompts, error messages. Printable text, any script, is unchanged.
     """
+    if text.isascii() and text.isprintable():  # the common case, at C speed: no control, no format character
+        return text
     return _UNSAFE.sub(_visible, text)
 
 
@@ -54,4 +56,6 @@ def json_terminal_safe(json_text: str) -> str:
 
     Such characters can only stand inside JSON strings, where `\\uXXXX` means the same character.
     """
+    if json_text.isascii() and "\x7f" not in json_text:  # the common case, at C speed
+        return json_text
     return _JSON_UNSAFE.sub(_json_escape, json_text)

@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import quote
 
 import berth
-from berth._cli._output import deadline_text, listing_table
+from berth._cli._output import ListingTable, deadline_text, listing_cells
 from berth._cli._store_cmds import verify_one
 from berth._redact import redact_url
 
@@ -246,9 +246,13 @@ def _run(n: Narrator, s: Setup) -> None:
         n.step("What an operator sees: headers only, the state stays sealed")
         n.cmd("berth ls")
         listing = list(store.list())
-        from rich.padding import Padding
-
-        n.out.print(Padding(listing_table(listing, datetime.now(timezone.utc)), (0, 0, 0, 3)))
+        at = datetime.now(timezone.utc)
+        rows = [listing_cells(item, at) for item in listing]
+        table = ListingTable([cells for cells, _ in rows], n.out.width - 3, color=False)
+        title, rule = table.header()
+        n.say("   " + title, style="bold")
+        for line in [rule] + [line for cells, expired in rows for line in table.row(cells, expired)]:
+            n.say("   " + line)
         all_sealed = len(listing) == 3 and all(item.sealed_by == sealed_by for item in listing)
         leaked = [
             key

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 import click
 
@@ -30,6 +29,8 @@ DEFAULT_IDENTITY = "default"
 
 def default_url() -> str:
     """`sqlite:///` in the user's data directory, created 0700 (the file is created 0600)."""
+    from urllib.parse import quote
+
     import platformdirs
 
     directory = platformdirs.user_data_path("berth", appauthor=False)

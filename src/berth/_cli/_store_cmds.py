@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import secrets
+import itertools
+import os
 import sys
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import IO
 
@@ -17,16 +19,18 @@ from berth._cli._output import (
     console,
     deadline_text,
     emit_json,
+    emit_json_stream,
     emit_jsonl,
+    emit_jsonl_stream,
     envelope_doc,
     is_expired,
     labels_text,
     listing_doc,
-    listing_table,
     local,
     now,
     print_fields,
     print_json_bytes,
+    print_listing,
     progress,
     size_text,
     terminal_safe,
@@ -70,35 +74,59 @@ def _labels_option(ctx: click.Context, param: click.Parameter, value: tuple[str,
     return labels
 
 
+LS_LIMIT = 100
+"""Rows the `ls` table shows unless told otherwise (`--limit N`, `--all`); the rest are counted."""
+
+
 @cli.command("ls", context_settings=CONTEXT)
 @click.option("--prefix", default="", metavar="PREFIX", help="Only keys that start with PREFIX.")
 @click.option("--expired", is_flag=True, help="Only envelopes past their deadline.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help=f"At most N (default: {LS_LIMIT} rows in the table, the rest counted; every one with --json/--jsonl).",
+)
+@click.option("--all", "everything", is_flag=True, help="Every row in the table, however many.")
 @output_options(stream=True)
 @store_options(env=False)
 @click.pass_obj
-def ls_cmd(settings: Settings, prefix: str, expired: bool, out: str | None) -> None:
-    """List what is parked, from frame headers (needs no key).
+def ls_cmd(
+    settings: Settings, prefix: str, expired: bool, limit: int | None, everything: bool, out: str | None
+) -> None:
+    """List what is parked, from frame headers (needs no key); streams, in flat memory.
 
     \b
     Example:
       berth ls --prefix org/repo --expired
+      berth ls --all | less
     """
+    if everything and limit is not None:
+        raise click.UsageError("--all and --limit exclude each other")
     store = settings.open(keys=False)
     at = now()
-    items = (item for item in store.list(prefix) if not expired or is_expired(item.deadline, at))
+    if expired:
+        items: Iterator[berth.Listing] = (item for item in store.list(prefix) if is_expired(item.deadline, at))
+        if limit is not None and out is not None:
+            items = itertools.islice(items, limit)
+    else:  # the store's limit: one bounded query where the backend has one
+        items = store.list(prefix, limit=limit if out is not None else None)
     if out == "jsonl":
-        for item in items:
-            emit_jsonl(listing_doc(item))
+        emit_jsonl_stream(listing_doc(item) for item in items)
     elif out == "json":
-        emit_json([listing_doc(item) for item in items])
+        emit_json_stream(listing_doc(item) for item in items)
     else:
-        rows = list(items)
-        if not rows:
+        shown, total = print_listing(items, at, None if everything else limit or LS_LIMIT)
+        what = f"{'expired ' if expired else ''}envelopes" + (f" under {prefix!r}" if prefix else "")
+        if total == 0:
             click.echo(
-                f"nothing parked for {where(store.identity)}" + (f" under {prefix!r}" if prefix else ""), err=True
+                f"nothing {'expired' if expired else 'parked'} for {where(store.identity)}"
+                + (f" under {prefix!r}" if prefix else ""),
+                err=True,
             )
-            return
-        console().print(listing_table(rows, at))
+        elif shown < total:
+            click.echo(f"{shown:,} of {total:,} {what} shown: --all for every one, --limit N for the first N")
 
 
 def _header_rows(item: berth.Listing, at: datetime) -> list[tuple[str, str]]:
@@ -229,7 +257,7 @@ def park_cmd(
         provider_state=data,
         provider=provider,
         model=model,
-        run_id=run_id if run_id is not None else "run-" + secrets.token_hex(4),
+        run_id=run_id if run_id is not None else "run-" + os.urandom(4).hex(),
         reason=reason,
         deadline=deadline,
         labels=labels,
