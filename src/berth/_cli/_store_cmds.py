@@ -95,7 +95,7 @@ LS_LIMIT = 100
 def ls_cmd(
     settings: Settings, prefix: str, expired: bool, limit: int | None, everything: bool, out: str | None
 ) -> None:
-    """List what is parked, from frame headers (needs no key); streams, in flat memory.
+    """List what is parked, from frame headers (needs no key).
 
     \b
     Example:
