@@ -52,7 +52,7 @@ from tests.reliability._common import Result, sealer_names  # noqa: E402
 
 DOC = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- reliability:begin -->", "<!-- reliability:end -->"
-SCENARIOS = ["tamper", "fuzz", "leaks", "crash", "races", "faults", "server-crash", "hostile"]
+SCENARIOS = ["tamper", "fuzz", "leaks", "crash", "crash-witness", "races", "faults", "server-crash", "hostile"]
 NETWORK = ["postgresql", "redis", "s3", "gcs"]
 UNRECORDED = "-"  # the commit of a row measured before rows named theirs (its run line above may name it)
 
@@ -61,6 +61,7 @@ TITLES = {
     "fuzz": "fuzz",
     "leaks": "leaks: marker in files/messages/logs; modes 0600/0700 under umask 0",
     "crash": "crash: SIGKILL mid save/load/claim",
+    "crash-witness": "crash with a witness: SIGKILL mid save/load/claim, then older frames replayed",
     "races": "races: claimers x re-saver x sweeper",
     "faults": "server faults: cut / down / lost response mid save, load, claim",
     "server-crash": "server crash: SIGKILL + restart mid save, load, claim",
@@ -70,6 +71,7 @@ LONG = {
     "fuzz": 110_000,
     "leaks": 20,
     "crash": 250,
+    "crash-witness": 250,
     "races": 10_000,
     "faults": 3000,
     "lost": 200,
@@ -84,6 +86,7 @@ QUICK = {
     "fuzz": 420,
     "leaks": 1,
     "crash": 20,
+    "crash-witness": 10,
     "races": 150,
     "faults": 150,
     "lost": 5,
@@ -175,6 +178,14 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
                 "crash",
                 kind,
                 lambda k=kind: test_crash.run_crash(k, work / f"crash-{k}", kills=n["crash"], budget=1800),
+            )
+        if "crash-witness" in args.only and kind in args.backends:
+            yield (
+                "crash-witness",
+                kind,
+                lambda k=kind: test_crash.run_crash(
+                    k, work / f"crash-witness-{k}", kills=n["crash-witness"], budget=1800, witness=True
+                ),
             )
     if "races" in args.only:
         for backend in local:
