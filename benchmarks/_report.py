@@ -509,6 +509,10 @@ def write(res: dict[str, Any], doc: Path, png: Path) -> Goals:
         body += contention_section(res, goals)
     if res.get("witness"):
         body += witness_section(res, goals)
+    if res.get("resume"):
+        body += resume_section(res, goals)
+    if res.get("savers"):
+        body += savers_section(res, goals)
     if res.get("cycle"):
         chart(res, png)
     head = [
@@ -548,4 +552,146 @@ def write(res: dict[str, Any], doc: Path, png: Path) -> Goals:
     notes = res.get("notes") or []
     tail = ["## Where the time goes", "", *notes, ""] if notes else []
     doc.write_text("\n".join(head + body + tail))
+    return goals
+
+
+# --- LangGraph: resume exactly once (section 9) and the savers (section 10) ------------------------
+
+GOAL_SAVER_PLAIN = 1.25  # berth's time at most this many times LangGraph's unencrypted saver's
+RESUME_HEADING = "## 9. Resume exactly once: 4 processes race on every interrupted LangGraph thread"
+SAVERS_HEADING = "## 10. LangGraph savers: BerthSaver beside SqliteSaver and PostgresSaver"
+_OP_NAMES = {"get_tuple": "get_tuple (latest)", "list10": "list(limit=10)", "step": "graph step (put + put_writes)"}
+
+
+def resume_section(res: dict[str, Any], goals: Goals) -> list[str]:
+    out = [RESUME_HEADING, ""]
+    out.append(
+        "`benchmarks/_resume_race.py`: each thread is a one-node graph stopped on `interrupt()`. Four fresh "
+        "processes, released together, walk the threads in the same order and try to resume every one: berth "
+        "with `resume_once` over `BerthSaver` (AES-256-GCM), LangGraph alone with "
+        "`graph.invoke(Command(resume=...))` over its own `SqliteSaver` / `PostgresSaver`. A resume is counted "
+        "where it happens: the node's code after `interrupt()` ran."
+    )
+    out.append("")
+    out.append("| backend | resumer | threads × processes | resumes | threads resumed twice or more | never resumed "
+               "| errors | exactly once | load avg |")  # fmt: skip
+    out.append("| --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: |")
+    for backend, rows in res["resume"].items():
+        for who, trials in rows.items():
+            if who.startswith("_"):
+                continue
+            for t in trials:
+                label = "berth `resume_once`" if who == "berth" else "LangGraph alone"
+                errors = ", ".join(f"{k} × {v}" for k, v in t["errors"].items()) or "none"
+                out.append(
+                    f"| {NAMES[backend]} | {label} | {t['threads']} × {t['processes']} | {t['resumes']} | "
+                    f"{t['resumed_twice_or_more']} | {t['never_resumed']} | {errors} | "
+                    f"{'yes' if t['exactly_once'] else '**no**'} | {t.get('load', 0):.1f} |"
+                )
+            figure = "; ".join(f"{t['resumes']} resumes of {t['threads']} threads" for t in trials)
+            if who == "berth":
+                goals.add(
+                    f"resume {NAMES[backend]}: 4 processes racing, every thread resumed exactly once",
+                    figure,
+                    all(t["exactly_once"] for t in trials),
+                )
+            else:
+                goals.add(f"resume {NAMES[backend]}, LangGraph alone (for comparison)", figure, None)
+    out.append("")
+    return out
+
+
+def savers_section(res: dict[str, Any], goals: Goals) -> list[str]:
+    data = res["savers"]
+    sizes = data["sizes"]
+    out = [SAVERS_HEADING, ""]
+    out.append(
+        f"`benchmarks/_savers.py`: threads of {sizes[0]:,} and {sizes[1]:,} checkpoints (a 2 KiB message list "
+        "and a step counter, each a new channel version, one task's pending writes each), written through each "
+        "saver's own `put` + `put_writes`; then, interleaved trial by trial, the latest checkpoint "
+        "(`get_tuple`, with its pending writes), the newest page of history (`list(limit=10)`) and one graph "
+        "step (`put` + `put_writes`). berth seals with AES-256-GCM; LangGraph runs unencrypted and with its "
+        "`EncryptedSerializer` (AES-GCM, and its default EAX). Async faces run each call on one event loop. "
+        "Rates are calls per second (median of the trials); ratios are per trial, then the median: "
+        f"`time ×` is berth's time over LangGraph unencrypted's (goal ≤ {GOAL_SAVER_PLAIN}), `vs enc` is how "
+        "many times faster berth is than LangGraph with `EncryptedSerializer` (goal > 1). `CPU ×` is the same "
+        "ratio in this process's CPU time per call, which the other work on a shared machine does not inflate "
+        "(it leaves out the PostgreSQL server's share, and counts aiosqlite's thread)."
+    )
+    out.append("")
+    out.append("| backend | face | operation | berth sealed | LangGraph unencrypted | time × | CPU × | "
+               "LangGraph GCM | vs enc GCM | LangGraph EAX | vs enc EAX | load avg |")  # fmt: skip
+    out.append("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for backend, rows in data["backends"].items():
+        for face in ("sync", "async"):
+            plain_ok, plain_fig, enc_ok, enc_fig = True, [], True, []
+            for key, r in rows.items():
+                if not key.startswith(face + "/"):
+                    continue
+                _, op, *size = key.split("/")
+                what = _OP_NAMES[op] + (f" at {int(size[0]):,}" if size else "")
+                b = r[BERTH]["rates"]
+                slower = _ratios(r[PEER_PLAIN]["rates"], b)[0]
+                gcm = _ratios(b, r[PEER_GCM]["rates"])[0]
+                eax = _ratios(b, r[PEER_EAX]["rates"])[0]
+                plain_ok &= slower <= GOAL_SAVER_PLAIN
+                enc_ok &= gcm > 1 and eax > 1
+                plain_fig.append(f"{what} {slower:.2f}×")
+                enc_fig.append(f"{what} {min(gcm, eax):.2f}×")
+                out.append(
+                    f"| {NAMES[backend]} | {face} | {what} | {_n(statistics.median(b))}/s | "
+                    f"{_n(statistics.median(r[PEER_PLAIN]['rates']))}/s | {slower:.2f}× | "
+                    f"{_ratios(r[BERTH]['cpu'], r[PEER_PLAIN]['cpu'])[0]:.2f}× | "
+                    f"{_n(statistics.median(r[PEER_GCM]['rates']))}/s | {gcm:.2f}× | "
+                    f"{_n(statistics.median(r[PEER_EAX]['rates']))}/s | {eax:.2f}× | {r.get('_load', 0):.1f} |"
+                )
+            goals.add(
+                f"savers {NAMES[backend]} {face}: within {GOAL_SAVER_PLAIN}× of LangGraph unencrypted",
+                "; ".join(plain_fig),
+                plain_ok,
+            )
+            goals.add(
+                f"savers {NAMES[backend]} {face}: faster than LangGraph with EncryptedSerializer",
+                "; ".join(enc_fig),
+                enc_ok,
+            )
+    out.append("")
+    return out
+
+
+def splice(doc: Path, res: dict[str, Any]) -> Goals:
+    """Put the resume and saver sections (and their goal rows) of `res` into an existing docs/benchmarks.md.
+
+    For a run of only those workloads (`run.py --only resume,savers --splice`): every other
+    section and goal row stays as the last full run wrote it; these are replaced, or added
+    before "Where the time goes".
+    """
+    goals = Goals()
+    sections: dict[str, list[str]] = {}
+    if res.get("resume"):
+        sections[RESUME_HEADING] = resume_section(res, goals)
+    if res.get("savers"):
+        sections[SAVERS_HEADING] = savers_section(res, goals)
+    meta = res["meta"]
+    for lines in sections.values():
+        lines[2:2] = [f"Spliced in from `{meta['command']}`, run {meta['when']} ({meta['mode']} mode, "
+                      f"load average at start {meta['machine']['load average at start']}).", ""]  # fmt: skip
+    text = doc.read_text().splitlines()
+    for heading, lines in sections.items():
+        start = next((i for i, ln in enumerate(text) if ln.startswith(heading.split(":")[0])), None)
+        if start is None:
+            start = next((i for i, ln in enumerate(text) if ln == "## Where the time goes"), len(text))
+            text[start:start] = lines
+            continue
+        end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
+        text[start:end] = lines
+    ours = tuple(f"| {g}" for g, _, _ in goals.rows)
+    prefixes = ("| resume ", "| savers ")
+    text = [ln for ln in text if not ln.startswith(prefixes)]
+    table = text.index("## Goals") + 4  # heading, blank, header, rule
+    while table < len(text) and text[table].startswith("| "):
+        table += 1
+    text[table:table] = [f"| {g} | {f} | {'' if ok is None else _mark(ok)} |" for g, f, ok in goals.rows]
+    assert all(any(ln.startswith(o) for ln in text) for o in ours)
+    doc.write_text("\n".join(text) + "\n")
     return goals

@@ -197,6 +197,7 @@ def race(who: str, backend: str, count: int, scratch: str, processes: int = PROC
     for r in results:
         errors.update(r["errors"])
     return {
+        "load": os.getloadavg()[0],
         "who": who,
         "backend": backend,
         "threads": count,

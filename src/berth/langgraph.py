@@ -373,6 +373,28 @@ class _SaverCore(BaseCheckpointSaver[Any]):
         rows = yield call("io", "heads", self._writes_prefix(thread, ns, cid))
         return [row.key for row in rows]
 
+    def _page_write_keys(self, ns_prefix: str, cids: Sequence[str]) -> Plan[dict[str, list[str]]]:
+        """The write keys of a page of one namespace's checkpoints, from one newest-first listing.
+
+        Write keys are `w/<checkpoint id>/<task>` and checkpoint ids sort by time, so the page's
+        writes are a run of the listing: read newest first, four per checkpoint to start with,
+        more only while the run has not reached the page's oldest checkpoint.
+        """
+        wanted = {_segment(cid): cid for cid in cids}
+        oldest = min(wanted)
+        count = 4 * len(cids)
+        while True:
+            rows = yield call("io", "heads", f"{ns_prefix}w/", count, True)
+            if len(rows) < count or self._parts(rows[-1].key).cid < oldest:
+                break
+            count *= 4
+        out: dict[str, list[str]] = {}
+        for row in rows:
+            cid = wanted.get(self._parts(row.key).cid)
+            if cid is not None:
+                out.setdefault(cid, []).append(row.key)
+        return out
+
     def _writes(
         self, thread: str, ns: str, cid: str, keys: Sequence[str], loaded: Sequence[Parked | None]
     ) -> list[tuple[str, str, Any]]:
@@ -467,9 +489,16 @@ class _SaverCore(BaseCheckpointSaver[Any]):
                 if filter and not all(tup.metadata.get(k) == v for k, v in filter.items()):
                     continue
                 where_ = (body["thread_id"], body["checkpoint_ns"], body["checkpoint_id"])
-                found.append((tup, where_, (yield from self._write_keys(*where_))))
+                found.append((tup, where_, []))
                 if limit is not None and len(out) + len(found) >= limit:
                     break
+            if narrow and len(found) > 1:  # one thread and namespace: the page's writes sort together
+                ns_prefix = self._ns_prefix(str(thread), str(ns))
+                by_cid = yield from self._page_write_keys(ns_prefix, [where_[2] for _, where_, _ in found])
+                found = [(tup, where_, by_cid.get(where_[2], [])) for tup, where_, _ in found]
+            else:
+                for _, where_, wkeys in found:
+                    wkeys.extend((yield from self._write_keys(*where_)))
             # every write of the page in one batched load
             writes_loaded = yield call("io", "load_many", [k for _, _, wkeys in found for k in wkeys])
             at = 0
