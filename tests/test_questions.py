@@ -13,7 +13,7 @@ import pytest
 
 import berth
 from berth._token import Token
-from berth.backends import open_backend
+from berth.backends import Backend, open_backend
 from berth.testing import SECRET, FakeClock, make_envelope
 
 IDENTITY = "agent"
@@ -23,13 +23,13 @@ REPLY = f"yes, refund {SECRET}"
 BACKENDS = ["memory", "file", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
-class Flaky:
+class Flaky(Backend):
     """Wraps a backend: an operation named in `fail` raises; a hook in `before` runs once before its operation.
 
     Operations: get, put (unconditional), put_if_match, put_if_absent, delete, scan.
     """
 
-    def __init__(self, inner: Any):
+    def __init__(self, inner: Backend):
         self.inner = inner
         self.fail: set[str] = set()
         self.before: dict[str, Callable[[str], None]] = {}
@@ -64,9 +64,7 @@ class Flaky:
         return names
 
     def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()
+        self.inner.close()
 
 
 def with_query(url: str, **params: str) -> str:

@@ -13,7 +13,7 @@ import pytest
 import berth
 import berth._store as store_module
 import berth.backends.memory
-from berth.backends import registry
+from berth.backends import register
 from berth.testing import SECRET, make_envelope
 
 
@@ -24,10 +24,10 @@ def test_unknown_scheme_names_the_known_ones() -> None:
         berth.open_store("/just/a/path", identity="a", sealer=berth.PlaintextSealer())
 
 
-def test_missing_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(registry, "fake", ("berth_tests_no_such_module.backend", "X", "fakeextra"))
+def test_missing_extra_names_the_extra() -> None:
+    register("fake-extra", "berth_tests_no_such_module.backend:X", extra="fakeextra")
     with pytest.raises(berth.BerthError, match=r"pip install 'berth\[fakeextra\]'"):
-        berth.open_store("fake://x", identity="a", sealer=berth.PlaintextSealer())
+        berth.open_store("fake-extra://x", identity="a", sealer=berth.PlaintextSealer())
 
 
 def test_invalid_identity_before_any_io(tmp_path) -> None:
@@ -60,6 +60,8 @@ def test_plaintext_store_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class _Exploding:
+    """A duck-typed backend (no `Backend` base class): the store uses its four required methods."""
+
     def put(self, name, data, *, if_match=None, if_absent=False):
         raise ConnectionResetError("peer reset")
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from berth._aio_store import AsyncStore, _NoSyncTwin
+from berth._aio_store import AsyncStore
 from berth._coordinator import Coordinator as SyncCoordinator
 from berth._coordinator import Wake
 from berth._envelope import Envelope
@@ -20,7 +20,7 @@ from berth._plan import arun
 from berth._questions import Answer, Question, QuestionStore, log
 from berth._sealer import Sealer
 from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing
-from berth.backends._aio import AsyncBackend
+from berth.backends._aio import AsyncBackend, sync_twin
 
 __all__ = ["AsyncQuestionStore", "Coordinator"]
 
@@ -44,7 +44,7 @@ class AsyncQuestionStore:
     ):
         """Wrap an async backend (arguments as `berth.QuestionStore`'s)."""
         self._core = QuestionStore(
-            getattr(backend, "sync", None) or _NoSyncTwin(backend),
+            sync_twin(backend),
             identity=identity,
             sealer=sealer,
             accept_plaintext=accept_plaintext,

@@ -18,15 +18,14 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from berth._codec import header_size
 from berth._envelope import Envelope
-from berth._errors import BackendError, TokenMismatch
+from berth._errors import TokenMismatch
 from berth._plan import Plan, arun
 from berth._sealer import Sealer
 from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Parked, ResealReport, Store, _listing, _reraise
 from berth._token import Token
 from berth._witness import AuditReport
-from berth.backends._aio import AsyncBackend
+from berth.backends._aio import AsyncBackend, sync_twin
 
 __all__ = ["OFF_LOOP_BYTES", "AsyncStore"]
 
@@ -60,13 +59,13 @@ class AsyncStore:
         The backend's sync twin (`backend.sync`, which every built-in one has) backs `.sync`.
         """
         self._core = Store(
-            _sync_twin(backend),
+            sync_twin(backend),
             identity=identity,
             sealer=sealer,
             accept_plaintext=accept_plaintext,
             max_envelope_bytes=max_envelope_bytes,
             clock=clock,
-            witness=None if witness is None else _sync_twin(witness),
+            witness=None if witness is None else sync_twin(witness),
         )
         self.backend = backend
         self._targets = {"store": self}
@@ -229,7 +228,7 @@ class AsyncStore:
             async for name, head, token, size in rows:
                 if core._needs_full(head):
                     # A header longer than the first read: read just the header, never the frame.
-                    found = await self.backend.head(name, header_size(head) or 0)
+                    found = await self.backend.head(name, core._header_size(head))
                     if found is None:
                         continue
                     head, token = found
@@ -335,17 +334,3 @@ class AsyncStore:
         except Exception as exc:
             return exc
         return True
-
-
-def _sync_twin(backend: AsyncBackend) -> Any:
-    return getattr(backend, "sync", None) or _NoSyncTwin(backend)
-
-
-class _NoSyncTwin:
-    """The sync side of an async backend that has none: `AsyncStore.sync` cannot do I/O through it."""
-
-    def __init__(self, backend: object):
-        self._backend = backend
-
-    def __getattr__(self, name: str) -> Any:
-        raise BackendError(f"{self._backend!r} has no sync twin: use the AsyncStore's awaited calls")

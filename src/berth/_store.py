@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeGuard, TypeVar
 
 from berth._atomic import make_dirs, write_atomic
 from berth._codec import MAX_HEADER, PREFIX_SIZE, Header, header_size, open_frame, peek_header, seal_frame
@@ -37,8 +37,7 @@ from berth._redact import redact_url
 from berth._sealer import PartsSealer, Sealer, as_parts, check_sealer
 from berth._token import Token
 from berth._witness import AuditReport, Witness
-from berth.backends import Backend, open_backend
-from berth.backends._bulk import delete_many, get_many, sorted_heads
+from berth.backends import Backend, Data, Head, as_backend, open_backend
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -242,14 +241,14 @@ class Store:
         self._parts = as_parts(sealer)  # the declared fast path (adapted once for a sealer without it)
         self._plaintext_parts: PartsSealer = self._parts if self._plaintext else PlaintextSealer()
         self._accept_plaintext = bool(accept_plaintext)
-        self.backend = backend
+        self.backend = as_backend(backend)
         if not isinstance(max_envelope_bytes, int) or max_envelope_bytes <= 0:
             raise ValueError("max_envelope_bytes must be a positive int")
         self.max_envelope_bytes = max_envelope_bytes
         self._clock = clock or _utcnow
         self._prefix = identity + "/"
         # The witness hooks (berth._witness): None keeps every call exactly as without one.
-        self._witness = None if witness is None else Witness(witness, identity=identity, sealer=sealer)
+        self._witness = None if witness is None else Witness(as_backend(witness), identity=identity, sealer=sealer)
 
     @property
     def sealer(self) -> Sealer:
@@ -272,10 +271,9 @@ class Store:
 
     def close(self) -> None:
         """Release the backend's connections (and the witness's)."""
-        for backend in (self.backend, None if self._witness is None else self._witness.backend):
-            close = getattr(backend, "close", None)
-            if close is not None:
-                close()
+        self.backend.close()
+        if self._witness is not None:
+            self._witness.backend.close()
 
     def setup(self) -> None:
         """Create or migrate the backend's schema (idempotent); backends that need none do nothing.
@@ -286,10 +284,8 @@ class Store:
         Raises:
             BackendError: the migration failed.
         """
-        setup = getattr(self.backend, "setup", None)
-        if setup is not None:
-            with self._backend_call("*", "setup"):
-                setup()
+        with self._backend_call("*", "setup"):
+            self.backend.setup()
 
     def now(self) -> datetime:
         """The store's clock (injectable for tests)."""
@@ -485,7 +481,7 @@ class Store:
         if self._witness is not None:
             return [self.load(key, allow_expired=allow_expired) for key in keys]
         try:
-            found = get_many(self.backend, names)
+            found = self.backend.get_many(names)
         except Exception as exc:
             _reraise(exc, self.identity, self._many(keys), "load")
         return self._opened_many(keys, found, allow_expired)
@@ -502,11 +498,11 @@ class Store:
         return keys[0] if len(keys) == 1 else f"{keys[0]} (+{len(keys) - 1} more)"
 
     def _opened_many(
-        self, keys: Sequence[str], found: Sequence[tuple[bytes, Token] | None], allow_expired: bool
+        self, keys: Sequence[str], found: Sequence[tuple[Data, Token] | None], allow_expired: bool
     ) -> list[Parked | None]:
         return [self._opened(key, one, allow_expired) for key, one in zip(keys, found, strict=True)]
 
-    def _opened(self, key: str, found: tuple[bytes, Token] | None, allow_expired: bool) -> Parked | None:
+    def _opened(self, key: str, found: tuple[Data, Token] | None, allow_expired: bool) -> Parked | None:
         """What `load` returns for what the backend found under `key`: the envelope opened, or Expired."""
         if found is None:
             return None
@@ -635,19 +631,15 @@ class Store:
         header. Only a failure of the backend itself (`BackendError`) ends it.
         """
         full_prefix = self._prefix + prefix
-        rows: Iterator[tuple[str, Any, Token, int]]
+        rows: Iterator[Head]
         if ordered:
-            rows = sorted_heads(self.backend, full_prefix, _HEAD_READ, limit=limit, reverse=reverse)
-        elif (heads := getattr(self.backend, "heads", None)) is not None:
-            rows = heads(full_prefix, _HEAD_READ)
+            rows = self.backend.sorted_heads(full_prefix, _HEAD_READ, limit=limit, reverse=reverse)
         else:
-            rows = self._heads_by_get(full_prefix)
+            rows = self.backend.heads(full_prefix, _HEAD_READ)
         for name, head, token, size in rows:
             if self._needs_full(head):
                 # A header longer than the first read: read just the header, never the frame.
-                need = header_size(head)
-                assert need is not None
-                found = self._read_head(name, need)
+                found = self.backend.head(name, self._header_size(head))
                 if found is None:
                     continue
                 head, token = found
@@ -657,7 +649,13 @@ class Store:
     _delete_batch = _DELETE_BATCH
 
     @staticmethod
-    def _needs_full(head: Any) -> bool:
+    def _header_size(head: Data) -> int:
+        need = header_size(head)
+        assert need is not None
+        return need
+
+    @staticmethod
+    def _needs_full(head: object) -> TypeGuard[Data]:
         """Whether `head` (a frame's first bytes) is cut short of the frame's whole header."""
         if not isinstance(head, (bytes, memoryview)):
             return False
@@ -665,7 +663,9 @@ class Store:
         # A length past any header berth writes is not read at all: peek_header refuses it.
         return need is not None and len(head) < need <= PREFIX_SIZE + MAX_HEADER
 
-    def _peeked(self, name: str, head: Any, token: Token, size: int) -> tuple[str, Header | Unreadable, Token, int]:
+    def _peeked(
+        self, name: str, head: Data | BerthError, token: Token, size: int
+    ) -> tuple[str, Header | Unreadable, Token, int]:
         """(key, header or `Unreadable` saying why, token, size) of the frame named `name`.
 
         `head` may be the error a backend met reading this one entry.
@@ -689,25 +689,6 @@ class Store:
             log.warning("berth: unreadable frame at %s: %s", where(self.identity, key), type(exc).__name__)
             return key, Unreadable(f"not a berth frame ({type(exc).__name__})"), token, size
         return key, header, token, size
-
-    def _read_head(self, name: str, size: int) -> tuple[bytes, Token] | None:
-        """The first `size` bytes of one frame, by the backend's ranged read if it has one."""
-        head = getattr(self.backend, "head", None)
-        if head is not None:
-            found: tuple[bytes, Token] | None = head(name, size)
-            return found
-        found = self.backend.get(name)
-        return None if found is None else (found[0][:size], found[1])
-
-    def _heads_by_get(self, full_prefix: str) -> Iterator[tuple[str, Any, Token, int]]:
-        for name in self.backend.scan(full_prefix):
-            try:
-                found = self.backend.get(name)
-            except (FormatError, IntegrityError) as exc:
-                yield name, exc, Token.ZERO, 0
-                continue
-            if found is not None:
-                yield name, found[0], found[1], len(found[0])
 
     def list(self, prefix: str = "", *, limit: int | None = None, reverse: bool = False) -> Iterator[Listing]:
         """Stream what is parked under `prefix` in key order, from cleartext headers: no keys needed.
@@ -774,10 +755,10 @@ class Store:
                     continue
                 batch.append((self._prefix + key, token))
                 if len(batch) >= _DELETE_BATCH:
-                    removed += sum(delete_many(self.backend, batch))
+                    removed += sum(self.backend.delete_many(batch))
                     batch = []
             if batch:
-                removed += sum(delete_many(self.backend, batch))
+                removed += sum(self.backend.delete_many(batch))
         return removed
 
     def sweep(self, now: datetime | None = None, *, on_removed: Callable[[Listing], None] | None = None) -> int:
@@ -877,7 +858,7 @@ class Store:
             self.backend.put(name, frame, if_match=token)
         return True
 
-    def _resealed(self, key: str, data: bytes) -> bytes:
+    def _resealed(self, key: str, data: Data) -> bytes:
         """The frame `data` (parked under `key`) opened and sealed again by the current sealer."""
         env = self._open(key, data)
         del data

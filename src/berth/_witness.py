@@ -54,7 +54,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
@@ -63,6 +63,7 @@ from berth._errors import BackendError, BerthError, FormatError, IntegrityError,
 from berth._plan import Plan, call, run
 from berth._sealer import Sealer
 from berth._token import Token
+from berth.backends import Backend
 
 if TYPE_CHECKING:
     from berth._store import Parked, Store
@@ -205,7 +206,7 @@ def _token_of(found: tuple[bytes, Token] | None) -> Token | None:
 class Witness:
     """The witness of one store: its backend, and the plans that read and write its records."""
 
-    def __init__(self, backend: Any, *, identity: str, sealer: Sealer):
+    def __init__(self, backend: Backend, *, identity: str, sealer: Sealer):
         self.backend = backend
         self.identity = identity
         self._sealer = sealer

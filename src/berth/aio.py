@@ -31,7 +31,7 @@ from berth._keys import validate_identity
 from berth._plaintext import PlaintextSealer
 from berth._sealer import Sealer
 from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, _warn_plaintext
-from berth.backends import backend_class, credentials_hidden
+from berth.backends import async_backend_class, credentials_hidden
 from berth.backends import open_backend as _open_sync_backend
 from berth.backends._aio import DEFAULT_MAX_THREADS, AsyncBackend, ThreadedBackend
 
@@ -57,7 +57,7 @@ def open_backend(url: str, *, max_threads: int = DEFAULT_MAX_THREADS, **options:
         max_threads: worker threads of a threaded backend (its bound on concurrent calls).
         **options: passed to the backend.
     """
-    native = backend_class(url, native_async=True)
+    native = async_backend_class(url)
     if native is not None:
         with credentials_hidden(url):
             backend: AsyncBackend = native.from_url(url, **options)

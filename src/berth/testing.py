@@ -54,9 +54,8 @@ from berth._plaintext import PlaintextSealer
 from berth._sealer import Sealer
 from berth._store import Listing, Store
 from berth._token import Token
-from berth.backends import Backend
+from berth.backends import Backend, Data, Head, as_backend
 from berth.backends._aio import AsyncBackend, ThreadedBackend
-from berth.backends._bulk import Head, delete_many, get_many, sorted_heads
 
 __all__ = ["AsyncStoreContract", "FakeClock", "RecordingBackend", "StoreContract", "make_envelope"]
 
@@ -102,7 +101,7 @@ class FakeClock:
             return self.now
 
 
-class RecordingBackend:
+class RecordingBackend(Backend):
     """Wraps a backend and records every call: proves that bad input does no I/O."""
 
     def __init__(
@@ -111,7 +110,7 @@ class RecordingBackend:
         before_delete: Callable[[str], object] | None = None,
         before_conditional_put: Callable[[str], object] | None = None,
     ):
-        self.inner = inner
+        self.inner = as_backend(inner)
         self.calls: list[str] = []
         self._before_delete = before_delete
         self._before_conditional_put = before_conditional_put
@@ -123,7 +122,7 @@ class RecordingBackend:
             hook(name)
         return self.inner.put(name, data, if_match=if_match, if_absent=if_absent)
 
-    def get(self, name: str) -> tuple[bytes, Token] | None:
+    def get(self, name: str) -> tuple[Data, Token] | None:
         self.calls.append("get")
         return self.inner.get(name)
 
@@ -138,38 +137,34 @@ class RecordingBackend:
         self.calls.append("scan")
         return self.inner.scan(prefix)
 
-    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, bytes, Token, int]]:
+    def heads(self, prefix: str, size: int) -> Iterator[Head]:
         self.calls.append("heads")
-        heads = getattr(self.inner, "heads", None)
-        if heads is not None:
-            return heads(prefix, size)  # type: ignore[no-any-return]
-        return self._heads(prefix)
-
-    def _heads(self, prefix: str) -> Iterator[tuple[str, bytes, Token, int]]:
-        for name in self.inner.scan(prefix):
-            found = self.inner.get(name)
-            if found is not None:
-                yield name, bytes(found[0]), found[1], len(found[0])
+        return self.inner.heads(prefix, size)
 
     def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
         self.calls.append("sorted_heads")
-        return sorted_heads(self.inner, prefix, size, limit=limit, reverse=reverse)
+        return self.inner.sorted_heads(prefix, size, limit=limit, reverse=reverse)
 
-    def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
+    def head(self, name: str, size: int) -> tuple[Data, Token] | None:
+        self.calls.append("head")
+        return self.inner.head(name, size)
+
+    def get_many(self, names: Sequence[str]) -> Sequence[tuple[Data, Token] | None]:
         self.calls.append("get_many")
-        return get_many(self.inner, names)
+        return self.inner.get_many(names)
 
     def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
         self.calls.append("delete_many")
         if self._before_delete is not None and items:
             hook, self._before_delete = self._before_delete, None
             hook(items[0][0])
-        return delete_many(self.inner, items)
+        return self.inner.delete_many(items)
+
+    def setup(self) -> int | None:
+        return self.inner.setup()
 
     def close(self) -> None:
-        close = getattr(self.inner, "close", None)
-        if close is not None:
-            close()
+        self.inner.close()
 
 
 def make_envelope(run_id: str = "run-1", **changes: Any) -> Envelope:
@@ -1044,7 +1039,7 @@ class StoreContract:
         events.clear()
         (item,) = store.list()
         assert item.error is None and dict(item.labels) == labels and item.size > 200_000
-        if hasattr(recorder.inner, "heads"):
+        if type(recorder.inner).head is not Backend.head:  # the default `head` is a `get`, cut
             assert "get" not in events, "listing a long header read the whole frame"
 
     def test_deadline_passing_during_the_claim_is_never_handed_out(
@@ -1267,7 +1262,7 @@ class _EventBackend(RecordingBackend):
         super().__init__(inner)
         self.events = events
 
-    def get(self, name: str) -> tuple[bytes, Token] | None:
+    def get(self, name: str) -> tuple[Data, Token] | None:
         self.events.append("get")
         return self.inner.get(name)
 
@@ -1275,15 +1270,11 @@ class _EventBackend(RecordingBackend):
         self.events.append("delete")
         self.inner.delete(name, token)
 
-    def heads(self, prefix: str, size: int) -> Iterator[tuple[str, Any, Token, int]]:
+    def heads(self, prefix: str, size: int) -> Iterator[Head]:
         for row in super().heads(prefix, size):
             self.events.append("read")
             yield row
 
-    def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
-        head = getattr(self.inner, "head", None)
-        if head is None:
-            return self.get(name)
+    def head(self, name: str, size: int) -> tuple[Data, Token] | None:
         self.events.append("head")
-        found: tuple[bytes, Token] | None = head(name, size)
-        return found
+        return self.inner.head(name, size)

@@ -1,8 +1,8 @@
 """The async backend seam, and the adapter that runs a sync backend in worker threads.
 
-`AsyncBackend` mirrors `Backend` method for method, awaited (`heads` and
-`sorted_heads` are async iterators). Its optional calls have defaults built on
-the required four, as the sync seam's do (`berth.backends._bulk`).
+`AsyncBackend` mirrors `berth.backends.Backend` method for method, awaited
+(`heads` and `sorted_heads` are async iterators). Its optional calls have
+defaults built on the required ones, as the sync base class's do.
 
 `ThreadedBackend` serves every backend whose official client is blocking
 (SQLite's `sqlite3`, the file system, google-cloud-storage, boto3) and any
@@ -20,15 +20,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
-from berth._errors import TokenMismatch
+from berth._errors import BackendError, TokenMismatch
 from berth._token import Token
-from berth.backends._bulk import Head, delete_many, get_many, read_head, sorted_heads, sorted_names
+from berth.backends import Backend, as_backend
+from berth.backends._bulk import Data, Head, sorted_names
 
-__all__ = ["DEFAULT_MAX_THREADS", "AsyncBackend", "ThreadedBackend", "expire"]
+__all__ = ["DEFAULT_MAX_THREADS", "AsyncBackend", "ThreadedBackend", "expire", "sync_twin"]
 
 DEFAULT_MAX_THREADS = 8
 _ROWS_PER_HOP = 256
@@ -38,17 +39,25 @@ T = TypeVar("T")
 class AsyncBackend:
     """Where frames live, awaited: `put`, `get`, `delete`, `heads` required; the rest have defaults."""
 
+    sync: Backend | None = None
+    """Its sync twin over the same storage (every built-in one has one), or None."""
+
     async def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
         """Store `data` under `name` and return its new generation (conditionally if asked)."""
         raise NotImplementedError
 
-    async def get(self, name: str) -> tuple[bytes, Token] | None:
+    async def get(self, name: str) -> tuple[Data, Token] | None:
         """The data under `name` and its generation, or None."""
         raise NotImplementedError
 
     async def delete(self, name: str, token: Token) -> None:
         """Remove `name` only if its generation is `token`; else `TokenMismatch`."""
         raise NotImplementedError
+
+    async def head(self, name: str, size: int) -> tuple[Data, Token] | None:
+        """The first `size` bytes under `name` and its generation, or None. Default: `get`, cut."""
+        found = await self.get(name)
+        return None if found is None else (bytes(found[0][:size]), found[1])
 
     def heads(self, prefix: str, size: int) -> AsyncIterator[Head]:
         """(name, first `size` bytes, token, full size) of every frame under `prefix`, any order."""
@@ -63,12 +72,7 @@ class AsyncBackend:
         for row in sorted_names(rows, limit, reverse):
             yield row
 
-    async def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
-        """The first `size` bytes under `name` and its generation (a listing's long header); default: `get`."""
-        found = await self.get(name)
-        return None if found is None else (bytes(found[0][:size]), found[1])
-
-    async def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
+    async def get_many(self, names: Sequence[str]) -> Sequence[tuple[Data, Token] | None]:
         """Every name's data and generation (or None), in order; default: one `get` each, concurrently."""
         return list(await asyncio.gather(*(self.get(name) for name in names)))
 
@@ -94,10 +98,12 @@ class AsyncBackend:
 class ThreadedBackend(AsyncBackend):
     """A sync `Backend` awaited: each call in one of at most `max_threads` worker threads."""
 
-    def __init__(self, backend: Any, *, max_threads: int = DEFAULT_MAX_THREADS):
+    sync: Backend
+
+    def __init__(self, backend: Backend, *, max_threads: int = DEFAULT_MAX_THREADS):
         if not isinstance(max_threads, int) or max_threads < 1:
             raise ValueError(f"max_threads must be a positive int, got {max_threads!r}")
-        self.sync = backend
+        self.sync = as_backend(backend)
         self.max_threads = max_threads
         self._pool = ThreadPoolExecutor(max_threads, thread_name_prefix="berth-aio")
 
@@ -111,37 +117,27 @@ class ThreadedBackend(AsyncBackend):
     async def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
         return await self._run(self.sync.put, name, data, if_match=if_match, if_absent=if_absent)
 
-    async def get(self, name: str) -> tuple[bytes, Token] | None:
-        found: tuple[bytes, Token] | None = await self._run(self.sync.get, name)
+    async def get(self, name: str) -> tuple[Data, Token] | None:
+        found: tuple[Data, Token] | None = await self._run(self.sync.get, name)
         return found
 
     async def delete(self, name: str, token: Token) -> None:
         await self._run(self.sync.delete, name, token)
 
-    async def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
-        return await self._run(read_head, self.sync, name, size)
+    async def head(self, name: str, size: int) -> tuple[Data, Token] | None:
+        return await self._run(self.sync.head, name, size)
 
-    async def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
-        return await self._run(get_many, self.sync, names)
+    async def get_many(self, names: Sequence[str]) -> Sequence[tuple[Data, Token] | None]:
+        return await self._run(self.sync.get_many, names)
 
     async def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
-        return await self._run(delete_many, self.sync, items)
+        return await self._run(self.sync.delete_many, items)
 
     def heads(self, prefix: str, size: int) -> AsyncIterator[Head]:
-        def rows() -> Iterator[Head]:
-            own = getattr(self.sync, "heads", None)
-            if own is not None:
-                yield from own(prefix, size)
-                return
-            for name in self.sync.scan(prefix):
-                found = self.sync.get(name)
-                if found is not None:
-                    yield name, bytes(found[0][:size]), found[1], len(found[0])
-
-        return self._pages(rows)
+        return self._pages(lambda: self.sync.heads(prefix, size))
 
     def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> AsyncIterator[Head]:
-        return self._pages(lambda: sorted_heads(self.sync, prefix, size, limit=limit, reverse=reverse))
+        return self._pages(lambda: self.sync.sorted_heads(prefix, size, limit=limit, reverse=reverse))
 
     async def _pages(self, make: Callable[[], Iterator[Head]]) -> AsyncIterator[Head]:
         # The sync iterator is made and advanced in worker threads, a page of rows per hop
@@ -157,19 +153,14 @@ class ThreadedBackend(AsyncBackend):
                     return
                 want = min(want * 2, _ROWS_PER_HOP)
         finally:
-            close = getattr(rows, "close", None)
-            if close is not None:
-                await self._run(close)
+            if isinstance(rows, Generator):  # a generator holding a cursor or a directory: closed in a thread
+                await self._run(rows.close)
 
     async def setup(self) -> None:
-        setup = getattr(self.sync, "setup", None)
-        if setup is not None:
-            await self._run(setup)
+        await self._run(self.sync.setup)
 
     async def aclose(self) -> None:
-        close = getattr(self.sync, "close", None)
-        if close is not None:
-            await self._run(close)
+        await self._run(self.sync.close)
         self._pool.shutdown(wait=False)
 
     async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
@@ -185,3 +176,30 @@ def expire(waiter: asyncio.Future[Any]) -> None:
     """A pool waiter's timer: `TimeoutError` in the waiting task, unless it was served first."""
     if not waiter.done():
         waiter.set_exception(TimeoutError())
+
+
+def sync_twin(backend: AsyncBackend) -> Backend:
+    """`backend.sync`, or for an async backend without one a `Backend` whose every call refuses."""
+    return backend.sync if backend.sync is not None else _NoSyncTwin(backend)
+
+
+class _NoSyncTwin(Backend):
+    """The sync side of an async backend that has none: an `AsyncStore`'s `.sync` cannot do I/O through it."""
+
+    def __init__(self, backend: AsyncBackend):
+        self._backend = backend
+
+    def _refuse(self) -> NoReturn:
+        raise BackendError(f"{self._backend!r} has no sync twin: use the AsyncStore's awaited calls")
+
+    def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
+        self._refuse()
+
+    def get(self, name: str) -> tuple[Data, Token] | None:
+        self._refuse()
+
+    def delete(self, name: str, token: Token) -> None:
+        self._refuse()
+
+    def scan(self, prefix: str) -> Iterator[str]:
+        self._refuse()

@@ -35,7 +35,8 @@ from urllib.parse import unquote, urlsplit
 from berth._atomic import is_temp, make_dirs, remove_stale_temps, write_atomic
 from berth._errors import BackendError, BerthError, FormatError, IntegrityError, TokenMismatch
 from berth._token import Token
-from berth.backends._bulk import Head, sorted_names
+from berth.backends import Backend
+from berth.backends._bulk import Data, Head, sorted_names
 
 __all__ = ["FileBackend"]
 
@@ -52,7 +53,7 @@ def _oserror(exc: OSError, what: str, name: str) -> BackendError:
     return BackendError(f"file backend could not {what} {name!r}: {exc.strerror or exc}")
 
 
-class FileBackend:
+class FileBackend(Backend):
     """Frames as files under `root`: 0600 files, 0700 directories, whatever the umask."""
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True):
@@ -193,7 +194,7 @@ class FileBackend:
         except FileNotFoundError:
             return None
 
-    def get(self, name: str) -> tuple[bytes, Token] | None:
+    def get(self, name: str) -> tuple[Data, Token] | None:
         directory, path, _ = self._paths(name)
         dfd = self._open_dir(directory, name)
         if dfd is None:
@@ -207,7 +208,7 @@ class FileBackend:
         # bytes, as the seam promises (`b"x" in memoryview` is always False: a view would break callers'
         # checks silently); only frames of 1 MiB and more stay a view, where a copy costs a pass.
         data = bytes(view) if len(view) < 1 << 20 else view
-        return data, Token(gen)  # type: ignore[return-value]
+        return data, Token(gen)
 
     def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
         """The first `size` bytes of the frame under `name` and its token (a listing's long header)."""
@@ -333,12 +334,12 @@ class FileBackend:
             except FileNotFoundError:
                 continue  # removed since it was listed
             except (FormatError, IntegrityError) as exc:
-                yield name, exc, Token.ZERO, 0  # type: ignore[misc]
+                yield name, exc, Token.ZERO, 0
                 continue
             finally:
                 os.close(dfd)
             if stored != name or _layout(self._root, name)[1] != path:  # a record copied to another file name
-                yield name, IntegrityError(f"file backend found {stored!r} where {name!r} was"), Token.ZERO, 0  # type: ignore[misc]
+                yield name, IntegrityError(f"file backend found {stored!r} where {name!r} was"), Token.ZERO, 0
                 continue
             yield name, bytes(view[:size]), Token(gen), full
 

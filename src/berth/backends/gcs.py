@@ -39,6 +39,7 @@ from requests import RequestException
 
 from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._token import Token
+from berth.backends import Backend
 from berth.backends._bulk import Head, sorted_names
 from berth.backends._objects import ObjectNames
 
@@ -143,7 +144,7 @@ def _short(exc: BaseException) -> str:
     return str(text).splitlines()[0][:200] if text else ""
 
 
-class GcsBackend:
+class GcsBackend(Backend):
     """Frames as objects `{prefix}/{identity}/{key}` in one Cloud Storage bucket."""
 
     def __init__(

@@ -8,6 +8,7 @@ from typing import Any
 
 from berth._errors import BerthError, TokenMismatch
 from berth._token import Token
+from berth.backends import Backend
 
 __all__ = ["MemoryBackend"]
 
@@ -15,7 +16,7 @@ _named: dict[str, MemoryBackend] = {}
 _named_lock = threading.Lock()
 
 
-class MemoryBackend:
+class MemoryBackend(Backend):
     """A dict of frames guarded by a lock; generations count up from 1 across the bucket.
 
     `memory://` is a fresh, private bucket; `memory://NAME` is shared by every

@@ -40,6 +40,7 @@ from psycopg import sql
 
 from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._token import Token
+from berth.backends import Backend
 from berth.backends._aio import AsyncBackend, expire
 from berth.backends._bulk import Head, upper_bound
 
@@ -289,7 +290,7 @@ class _Pager:
         self._first = False
 
 
-class PostgresBackend:
+class PostgresBackend(Backend):
     """Frames as rows of one PostgreSQL table; safe across threads (a pool), processes and hosts.
 
     The table is created by `setup()`, which is idempotent and versioned, and
@@ -777,6 +778,8 @@ class AsyncPostgresBackend(AsyncBackend):
     Holds a `PostgresBackend` (`sync`) for the statements and the schema: `setup`
     and the lazy first-use migration run in a worker thread, once.
     """
+
+    sync: PostgresBackend
 
     def __init__(self, sync: PostgresBackend):
         self.sync = sync

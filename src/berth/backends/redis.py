@@ -44,8 +44,9 @@ from redis.retry import Retry
 
 from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
 from berth._token import Token
+from berth.backends import Backend
 from berth.backends._aio import AsyncBackend, expire
-from berth.backends._bulk import Head, sorted_names
+from berth.backends._bulk import Data, Head, sorted_names
 
 __all__ = ["AsyncRedisBackend", "DurabilityWarning", "RedisBackend"]
 
@@ -153,7 +154,7 @@ def _client_args(url: str, options: dict[str, Any], retry: Any = None) -> tuple[
     return urlunsplit(parts._replace(query="&".join(kept))), options, own
 
 
-class RedisBackend:
+class RedisBackend(Backend):
     """Frames as Redis strings under one key prefix; safe across threads, processes and hosts.
 
     Standalone Redis (or a Sentinel-managed primary): listing reads a batch of
@@ -369,7 +370,7 @@ class RedisBackend:
             _failed("save", name, exc)
         return self._put_token(name, done is not None, gen, "changed since it was read")
 
-    def get(self, name: str) -> tuple[bytes, Token] | None:
+    def get(self, name: str) -> tuple[Data, Token] | None:
         """The frame under `name` and its generation, or None.
 
         A frame of 1 MiB or more comes back as a `memoryview` of the reply (no copy)."""
@@ -380,12 +381,12 @@ class RedisBackend:
             raw = self._read_again(exc, "load", name, functools.partial(self._command, "GET", key))
         return self._got(name, raw)
 
-    def _got(self, name: str, raw: bytes | None) -> tuple[bytes, Token] | None:
+    def _got(self, name: str, raw: bytes | None) -> tuple[Data, Token] | None:
         if raw is None:
             return None
         gen = self._parse_gen(name, raw[:_GEN_DIGITS])
         data = raw[_GEN_DIGITS:] if len(raw) < _VIEW_FROM else memoryview(raw)[_GEN_DIGITS:]
-        return data, Token(gen)  # type: ignore[return-value]
+        return data, Token(gen)
 
     def delete(self, name: str, token: Token) -> None:
         """Remove `name` only if its generation is `token`; else `TokenMismatch`."""
@@ -483,18 +484,18 @@ class RedisBackend:
         for key, (head, length) in zip(keys, rows, strict=True):
             name = key[skip:]
             if int(length) < 0:  # not a string (WRONGTYPE): something else's value under berth's prefix
-                yield name, FormatError(f"redis value for {name!r} is not a berth frame"), Token.ZERO, 0  # type: ignore[misc]
+                yield name, FormatError(f"redis value for {name!r} is not a berth frame"), Token.ZERO, 0
                 continue
             if not head:  # deleted since the SCAN
                 continue
             try:
                 token = Token(self._parse_gen(name, head[:_GEN_DIGITS]))
             except FormatError as exc:  # one bad value never stops a listing
-                yield name, exc, Token.ZERO, int(length)  # type: ignore[misc]
+                yield name, exc, Token.ZERO, int(length)
                 continue
             yield name, head[_GEN_DIGITS:], token, int(length) - _GEN_DIGITS
 
-    def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
+    def get_many(self, names: Sequence[str]) -> list[tuple[Data, Token] | None]:
         """Every name's frame and generation (or None), in one MGET."""
         if not names:
             return []
@@ -571,6 +572,8 @@ class AsyncRedisBackend(AsyncBackend):
     task per send for its socket timeout, metrics) cost more client CPU per cycle
     than the whole sync call (docs/benchmarks.md).
     """
+
+    sync: RedisBackend
 
     def __init__(self, sync: RedisBackend, client: Any, *, check_durability: bool = True, call_timeout: float = 10.0):
         self.sync = sync
@@ -690,7 +693,7 @@ class AsyncRedisBackend(AsyncBackend):
         )
         return sync._put_token(name, done, gen, "already exists")
 
-    async def get(self, name: str) -> tuple[bytes, Token] | None:
+    async def get(self, name: str) -> tuple[Data, Token] | None:
         key = self.sync._frames + name
         return self.sync._got(name, await self._read(lambda: self._command("GET", key), "load", name))
 
@@ -736,12 +739,12 @@ class AsyncRedisBackend(AsyncBackend):
         async for row in self._heads_of(batches(), size, prefix):
             yield row
 
-    async def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
+    async def head(self, name: str, size: int) -> tuple[Data, Token] | None:
         key = self.sync._frames + name
         raw = await self._read(lambda: self._command("GETRANGE", key, 0, size + _GEN_DIGITS - 1), "list", name)
         return self.sync._got_head(name, raw)
 
-    async def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
+    async def get_many(self, names: Sequence[str]) -> list[tuple[Data, Token] | None]:
         if not names:
             return []
         keys = [self.sync._frames + name for name in names]

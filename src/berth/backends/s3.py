@@ -34,6 +34,7 @@ from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[impor
 
 from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
 from berth._token import Token
+from berth.backends import Backend
 from berth.backends._bulk import Head, sorted_names
 from berth.backends._objects import HASHED, ObjectNames
 
@@ -87,7 +88,7 @@ def _message(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Message") or exc)[:200]
 
 
-class S3Backend:
+class S3Backend(Backend):
     """Frames as objects `{prefix}/{identity}/{key}` in one S3 (or S3-compatible) bucket."""
 
     def __init__(
@@ -346,7 +347,7 @@ class S3Backend:
             try:
                 head = self._head(obj, size)
             except FormatError as exc:  # one bad object never stops a listing
-                yield name, exc, Token.ZERO, 0  # type: ignore[misc]
+                yield name, exc, Token.ZERO, 0
                 continue
             if head is not None:
                 data, _, etag, full = head

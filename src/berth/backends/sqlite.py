@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from berth._atomic import make_dirs
 from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
 from berth._token import Token
+from berth.backends import Backend
 from berth.backends._bulk import Head, upper_bound
 
 __all__ = ["SqliteBackend"]
@@ -121,7 +122,7 @@ class _NoTurn:
 _NO_TURN = _NoTurn()
 
 
-class SqliteBackend:
+class SqliteBackend(Backend):
     """Frames as rows of one SQLite table, safe across threads and processes."""
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0, synchronous: str = "FULL"):
@@ -342,7 +343,7 @@ class SqliteBackend:
         rows = self._pages(prefix, "substr(data, 1, ?), gen, length(data)", size, limit=limit, reverse=reverse)
         for name, head, gen, full in rows:
             if type(head) is not bytes or type(gen) is not int:  # a row another writer put there
-                yield name, FormatError(f"sqlite row for {name!r} is not a berth frame"), Token.ZERO, 0  # type: ignore[misc]
+                yield name, FormatError(f"sqlite row for {name!r} is not a berth frame"), Token.ZERO, 0
                 continue
             yield name, head, Token(gen), full
 
