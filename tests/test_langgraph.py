@@ -512,3 +512,45 @@ def test_a_page_of_history_carries_each_checkpoints_own_writes() -> None:
         assert steps == [5, 4, 3, 2, 1, 0][: limit or 6]
         for tup, step in zip(page, steps, strict=True):
             assert [w[2] for w in tup.pending_writes or []] == [f"{step}-{task}" for task in range(step * 2)]
+
+
+def test_a_second_resume_of_one_checkpoint_waits_for_the_run_lease_and_takes_over_a_dead_ones(
+    tmp_path: Path,
+) -> None:
+    import threading
+    from datetime import datetime, timedelta, timezone
+
+    from berth.langgraph import resume_once
+
+    url, sealer = f"sqlite:///{tmp_path}/b.db", _sealer()
+    store = berth.open_store(url, identity="ops", sealer=sealer)
+    ran: list[Any] = []
+    config = {"configurable": {"thread_id": "t1"}}
+    graph = _branches_graph(BerthSaver(store), ran)
+    ids = {item.value: item.id for item in graph.invoke({"log": []}, config)["__interrupt__"]}
+    tup = graph.checkpointer.get_tuple(config)
+    lease = f"langgraph/t1/~/l/{tup.config['configurable']['checkpoint_id']}"
+    # another resumer holds the checkpoint's run lease: this one claims its interrupt, then waits
+    token = store.save(lease, berth.Envelope(provider="langgraph", provider_state={}, deadline=berth_deadline(60)))
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (resume_once(graph, config, {ids["may a go ahead?"]: "yes"}), done.set()))
+    worker.start()
+    assert not done.wait(0.5) and ran == []
+    store.delete(lease, token)  # released: the waiter runs
+    worker.join(timeout=60)
+    assert done.is_set() and ran == [("a", "yes")]
+    # a resumer that died holding the lease: once its lease lapses, the next one takes it over
+    store.save(lease, berth.Envelope(provider="langgraph", provider_state={}, deadline=berth_deadline(60)))
+
+    def later() -> datetime:
+        return datetime.now(timezone.utc) + timedelta(hours=1)
+
+    late = _branches_graph(BerthSaver(berth.open_store(url, identity="ops", sealer=sealer, clock=later)), ran)
+    assert resume_once(late, config, {ids["may b go ahead?"]: "no"}) == {"log": ["a=yes", "b=no", "join"]}
+    assert [name for name, *_ in ran] == ["a", "b", "join"]
+
+
+def berth_deadline(seconds: int) -> Any:
+    from datetime import datetime, timedelta, timezone
+
+    return datetime.now(timezone.utc) + timedelta(seconds=seconds)
