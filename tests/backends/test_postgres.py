@@ -511,9 +511,40 @@ def test_pooled_cursors_keep_no_large_frame(open_backend) -> None:
     assert {"put", "get"} <= set(lease.cursors), "small statements keep their cursors"
     token = backend.put("i/l", large)
     assert backend.get("i/l") == (large, token)
-    assert "put" not in lease.cursors and "get" not in lease.cursors, "a cursor that moved a large frame is closed"
+    moved = {"put", "get_piece"}  # a large frame's get returns no data: it is read in pieces
+    assert not moved & set(lease.cursors), "a cursor that moved a large frame is closed"
     backend.put("i/l", small, if_match=token)
     assert backend.get("i/l")[0] == small
+
+
+def test_a_large_frame_is_read_in_pieces_and_never_mixes_two_saves(open_backend, monkeypatch) -> None:
+    # issue 15.6: a frame over _WHOLE is not sent in one row (libpq's buffer, its result and
+    # psycopg's bytes each held it: 3x the state); it is read a piece at a time at its generation
+    from berth.backends import postgres as module
+
+    monkeypatch.setattr(module, "_PIECE", 300_000)  # pieces, and a short last one
+    backend = open_backend(pool_max_size=1)
+    first = bytes(range(256)) * 6000 + b"end"  # ~1.5 MiB, over _WHOLE
+    second = first[::-1] + b"more"
+    token = backend.put("i/l", bytearray(first))  # a bytearray frame goes as a view, not copied
+    assert backend.get("i/l") == (first, token)
+    run, resaved = backend._run, []
+
+    def run_and_resave_once(what, name, key, params, **kw):
+        row = run(what, name, key, params, **kw)
+        if key == "get_piece" and not resaved:  # another writer saves between two pieces
+            resaved.append(backend.put("i/l", second))
+        return row
+
+    monkeypatch.setattr(backend, "_run", run_and_resave_once)
+    data, got = backend.get("i/l")
+    assert (bytes(data), got) == (second, resaved[0]), "a read across a re-save starts again, never mixes"
+    monkeypatch.setattr(backend, "_run", run)
+    store = _sealed_store(backend)
+    state = b"[" + b",".join(b'"%d"' % i for i in range(300_000)) + b"]"
+    store.save("big", berth.Envelope(provider_state=state))
+    assert store.load("big").envelope.provider_state == state
+    assert store.claim("big") is not None and backend.get("pg/big") is None
 
 
 def test_close_while_a_call_runs_closes_its_connection_when_it_returns(open_backend, postgres_dsn) -> None:

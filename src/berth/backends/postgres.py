@@ -53,6 +53,8 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
 _PAGE = 500
 _INT64_MAX = 2**63 - 1
 _KEEP_BYTES = 1 << 20  # a pooled cursor that moved a frame larger than this is not kept (see _Lease)
+_WHOLE = 1 << 20  # a get returns a frame up to this size in its one row; a larger one is read in pieces
+_PIECE = 4 << 20  # bytes per ranged read of a large frame
 # URL query parameters that are berth's, not libpq's (libpq refuses unknown ones).
 _URL_OPTIONS = {
     "schema": str,
@@ -247,6 +249,36 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+class _Pieces:
+    """A large frame read by ranged reads into one buffer, each piece only while it is at `gen`.
+
+    A piece that comes back missing or short means the frame was re-saved or deleted
+    meanwhile (a generation is never reused): `whole` is then False and the get reads again.
+    """
+
+    __slots__ = ("at", "data", "gen", "name", "view", "whole")
+
+    def __init__(self, name: str, gen: int, size: int):
+        self.name, self.gen, self.at = name, gen, 0
+        self.data = bytearray(size)
+        self.view = memoryview(self.data)
+        self.whole = True
+
+    def next(self) -> tuple[int, int, str, int] | None:
+        """The parameters of the next `get_piece`, or None when every piece is in (or one was not)."""
+        if not self.whole or self.at >= len(self.data):
+            return None
+        return self.at + 1, min(_PIECE, len(self.data) - self.at), self.name, self.gen
+
+    def feed(self, row: tuple[Any, ...] | None) -> None:
+        want = min(_PIECE, len(self.data) - self.at)
+        if row is None or row[0] is None or len(row[0]) != want:
+            self.whole = False
+            return
+        self.view[self.at : self.at + want] = row[0]
+        self.at += want
+
+
 def _head(row: tuple[Any, ...]) -> Head:
     name, head, gen, full = row
     return name, head, Token(int(gen)), int(full)
@@ -379,18 +411,27 @@ class PostgresBackend(Backend):
                 "(SELECT version FROM {schema}.berth_schema_version WHERE table_name = %s)"
             ),
             "put": q(
-                "INSERT INTO {schema}.{table} AS t (name, gen, data) VALUES (%s, nextval('{schema}.{seq}'), %s) "
+                "INSERT INTO {schema}.{table} AS t (name, gen, data) VALUES (%s, nextval('{schema}.{seq}'), %b) "
                 "ON CONFLICT (name) DO UPDATE SET gen = EXCLUDED.gen, data = EXCLUDED.data RETURNING t.gen"
             ),
             "put_absent": q(
-                "INSERT INTO {schema}.{table} (name, gen, data) VALUES (%s, nextval('{schema}.{seq}'), %s) "
+                "INSERT INTO {schema}.{table} (name, gen, data) VALUES (%s, nextval('{schema}.{seq}'), %b) "
                 "ON CONFLICT (name) DO NOTHING RETURNING gen"
             ),
             "put_match": q(
-                "UPDATE {schema}.{table} SET gen = nextval('{schema}.{seq}'), data = %s "
+                "UPDATE {schema}.{table} SET gen = nextval('{schema}.{seq}'), data = %b "
                 "WHERE name = %s AND gen = %s RETURNING gen"
             ),
-            "get": q("SELECT data, gen FROM {schema}.{table} WHERE name = %s"),
+            # A large frame is not sent whole: libpq's input buffer, its result and psycopg's bytes
+            # would each hold it (a 64 MiB load peaked at 3x the state). Its pieces are read by
+            # `get_piece` into one buffer instead (`_Pieces`).
+            "get": q(
+                f"SELECT CASE WHEN octet_length(data) <= {_WHOLE} THEN data END, gen, octet_length(data) "
+                "FROM {schema}.{table} WHERE name = %s"
+            ),
+            "get_piece": q(
+                "SELECT substring(data FROM %s::int FOR %s::int) FROM {schema}.{table} WHERE name = %s AND gen = %s"
+            ),
             "head": q("SELECT substring(data FROM 1 FOR %s::int), gen FROM {schema}.{table} WHERE name = %s"),
             "delete": q("DELETE FROM {schema}.{table} WHERE name = %s AND gen = %s RETURNING gen"),
         }
@@ -513,7 +554,7 @@ class PostgresBackend(Backend):
             lease = pool.take()
             try:
                 row: tuple[Any, ...] | None = lease.cursor(key, binary).execute(self._q[key], params).fetchone()
-                if large or (binary and row is not None and len(row[0]) > _KEEP_BYTES):
+                if large or (binary and row is not None and row[0] is not None and len(row[0]) > _KEEP_BYTES):
                     lease.release(key)
                 return row
             finally:
@@ -531,7 +572,13 @@ class PostgresBackend(Backend):
     def _put_statement(
         self, name: str, data: bytes, if_match: Token | None, if_absent: bool
     ) -> tuple[str, tuple[Any, ...]]:
-        """The statement and parameters of a put (its conditions checked first: no round trip for a bad one)."""
+        """The statement and parameters of a put (its conditions checked first: no round trip for a bad one).
+
+        The frame goes as a binary parameter (`%b`: no hex text twice its size); a large frame
+        sealed into a bytearray goes as a view of it, which psycopg does not copy to bytes.
+        """
+        if isinstance(data, bytearray):
+            data = memoryview(data)
         if if_match is not None:
             if if_absent:
                 raise TokenMismatch(f"{name!r} cannot be both absent and at generation {if_match.value!r}")
@@ -552,8 +599,17 @@ class PostgresBackend(Backend):
         """The frame under `name` and its generation, or None."""
         if not self._ready:
             self._ensure_ready()
-        row = self._run("load", name, "get", (name,), binary=True)
-        return None if row is None else (row[0], Token(row[1]))
+        while True:
+            row = self._run("load", name, "get", (name,), binary=True)
+            if row is None:
+                return None
+            if row[0] is not None:
+                return row[0], Token(row[1])
+            pieces = _Pieces(name, row[1], row[2])
+            while (params := pieces.next()) is not None:
+                pieces.feed(self._run("load", name, "get_piece", params, binary=True))
+            if pieces.whole:
+                return pieces.data, Token(row[1])  # type: ignore[return-value]  # a bytearray: no copy to bytes
 
     def delete(self, name: str, token: Token) -> None:
         """Remove `name` only if its generation is `token`; else `TokenMismatch`."""
@@ -810,7 +866,7 @@ class AsyncPostgresBackend(AsyncBackend):
                 cur = lease.cursor(key, binary)
                 await cur.execute(self._q[key], params)
                 row: tuple[Any, ...] | None = await cur.fetchone()
-                if large or (binary and row is not None and len(row[0]) > _KEEP_BYTES):
+                if large or (binary and row is not None and row[0] is not None and len(row[0]) > _KEEP_BYTES):
                     cur = lease.cursors.pop(key)
                     await cur.close()
                 return row
@@ -844,8 +900,17 @@ class AsyncPostgresBackend(AsyncBackend):
 
     async def get(self, name: str) -> tuple[bytes, Token] | None:
         await self._ready()
-        row = await self._run("load", name, "get", (name,), binary=True)
-        return None if row is None else (row[0], Token(row[1]))
+        while True:
+            row = await self._run("load", name, "get", (name,), binary=True)
+            if row is None:
+                return None
+            if row[0] is not None:
+                return row[0], Token(row[1])
+            pieces = _Pieces(name, row[1], row[2])
+            while (params := pieces.next()) is not None:
+                pieces.feed(await self._run("load", name, "get_piece", params, binary=True))
+            if pieces.whole:
+                return pieces.data, Token(row[1])  # type: ignore[return-value]  # a bytearray: no copy to bytes
 
     async def delete(self, name: str, token: Token) -> None:
         self.sync._check_gen(name, token)
