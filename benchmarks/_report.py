@@ -15,6 +15,8 @@ GOAL_PEER_PLAIN = 1.0
 GOAL_WRITERS_P99_MS = 50.0
 GOAL_WRITERS_RATE = 1.0
 GOAL_PEER_ENC = 1.5
+GOAL_AIO = 0.9
+GOAL_AIO_STEP_MS = 10.0
 PEER_PLAIN = "LangGraph unencrypted"
 PEER_GCM = "LangGraph EncryptedSerializer GCM"
 PEER_EAX = "LangGraph EncryptedSerializer EAX (default)"
@@ -452,6 +454,64 @@ def witness_section(res: dict[str, Any], goals: Goals) -> list[str]:
     return out
 
 
+AIO_HEADING = "## 7. berth.aio"
+
+
+def aio_section(res: dict[str, Any], goals: Goals) -> list[str]:
+    """Section 7: benchmarks/bench_aio.py's rounds (async at the sync run's concurrency, sync, async wide)."""
+    runs = {k: v for k, v in res["aio"].items() if "error" not in v}
+    first = next(iter(runs.values()), {"tasks": 1000, "threads": 32})
+    tasks, threads = first["tasks"], first["threads"]
+    out = [f"{AIO_HEADING}: {tasks:,} concurrent park/wake cycles in one event loop", ""]
+    out.append(
+        f"`benchmarks/bench_aio.py` (run by the suite). A cycle parks a 64 KiB chat state sealed with AES-256-GCM "
+        f"(`save`) and wakes it (`claim`). Per backend, round by round and interleaved: *async, {threads} at once*: "
+        f"{tasks:,} cycles in one event loop, at most {threads} in flight; *sync, {threads} threads*: the same "
+        f"cycles on `berth.Store` from {threads} threads (the like-for-like ratio is between these two, round by "
+        f"round); *async, {tasks:,} tasks*: every cycle started at once. During the async rounds every step of the "
+        "event loop is timed in its thread's CPU time (a loaded machine adds wall time that is not berth's), a "
+        "collection of the cyclic GC apart (it runs inside whichever step allocates when it is due and scans every "
+        "object the process holds), and a ticker task that sleeps 1 ms records how late it wakes (queueing behind "
+        f"{tasks:,} ready tasks, not a stall). *load avg* is the 1-minute load average at the start of each round."
+    )
+    out.append("")
+    out.append(
+        f"| backend | async, {threads} at once | sync, {threads} threads | async ÷ sync (median, min-max) "
+        f"| client CPU µs/cycle, async / sync | async, {tasks:,} tasks | longest loop step, berth's CPU "
+        "| longest GC pause | ticker lag p99 / max | load avg |"
+    )
+    out.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for backend, r in res["aio"].items():
+        if "error" in r:
+            out.append(f"| {NAMES[backend]} | not measured: {r['error']} | | | | | | | | |")
+            continue
+        wide, like, sync = r["async_wide"], r["async_like"], r["sync"]
+        m, lo, hi = statistics.median(r["ratios"]), min(r["ratios"]), max(r["ratios"])
+        step = max(wide["step_cpu_max_ms"], like["step_cpu_max_ms"])
+        pause = max(wide["gc_pause_max_ms"], like["gc_pause_max_ms"])
+        load = f"{min(r['loads']):.1f}–{max(r['loads']):.1f}"
+        out.append(
+            f"| {NAMES[backend]} | {_n(like['cycles_per_s'])} | {_n(sync['cycles_per_s'])} "
+            f"| {_x(m, GOAL_AIO)} ({lo:.2f}–{hi:.2f}) "
+            f"| {like['cpu_ms_per_cycle'] * 1000:.0f} / {sync['cpu_ms_per_cycle'] * 1000:.0f} "
+            f"| {_n(wide['cycles_per_s'])} | {step:.1f} ms | {pause:.0f} ms "
+            f"| {wide['lag_p99_ms']:.0f} / {wide['lag_max_ms']:.0f} ms | {load} |"
+        )
+        if backend in ("postgres", "redis"):
+            goals.add(
+                f"berth.aio {NAMES[backend]}: async ≥ {GOAL_AIO}× sync at {threads} concurrent",
+                f"{_x(m, GOAL_AIO)} ({lo:.2f}–{hi:.2f}), load avg {load}",
+                m >= GOAL_AIO,
+            )
+        goals.add(
+            f"berth.aio {NAMES[backend]}: no event-loop step of berth's over {GOAL_AIO_STEP_MS:.0f} ms",
+            f"longest {step:.1f} ms of CPU ({tasks:,} tasks); GC pauses apart: {pause:.0f} ms",
+            step <= GOAL_AIO_STEP_MS,
+        )
+    out.append("")
+    return out
+
+
 def chart(res: dict[str, Any], path: Path) -> None:
     """Grouped bars of cycle throughput per backend: berth, floor and LangGraph's savers."""
     import matplotlib
@@ -507,6 +567,8 @@ def write(res: dict[str, Any], doc: Path, png: Path) -> Goals:
         body += listing_section(res, goals)
     if res.get("contention"):
         body += contention_section(res, goals)
+    if res.get("aio"):
+        body += aio_section(res, goals)
     if res.get("witness"):
         body += witness_section(res, goals)
     if res.get("resume"):
@@ -660,14 +722,16 @@ def savers_section(res: dict[str, Any], goals: Goals) -> list[str]:
 
 
 def splice(doc: Path, res: dict[str, Any]) -> Goals:
-    """Put the resume and saver sections (and their goal rows) of `res` into an existing docs/benchmarks.md.
+    """Put the aio, resume and saver sections (and their goal rows) of `res` into an existing docs/benchmarks.md.
 
-    For a run of only those workloads (`run.py --only resume,savers --splice`): every other
+    For a run of only those workloads (`run.py --only aio,resume,savers --splice`): every other
     section and goal row stays as the last full run wrote it; these are replaced, or added
     before "Where the time goes".
     """
     goals = Goals()
     sections: dict[str, list[str]] = {}
+    if res.get("aio"):
+        sections[AIO_HEADING] = aio_section(res, goals)
     if res.get("resume"):
         sections[RESUME_HEADING] = resume_section(res, goals)
     if res.get("savers"):
@@ -686,7 +750,8 @@ def splice(doc: Path, res: dict[str, Any]) -> Goals:
         end = next((i for i in range(start + 1, len(text)) if text[i].startswith("## ")), len(text))
         text[start:end] = lines
     ours = tuple(f"| {g}" for g, _, _ in goals.rows)
-    prefixes = ("| resume ", "| savers ")
+    rows_of = (("aio", "| berth.aio "), ("resume", "| resume "), ("savers", "| savers "))
+    prefixes = tuple(prefix for workload, prefix in rows_of if res.get(workload))
     text = [ln for ln in text if not ln.startswith(prefixes)]
     table = text.index("## Goals") + 4  # heading, blank, header, rule
     while table < len(text) and text[table].startswith("| "):

@@ -1,23 +1,28 @@
 """berth.aio under load: concurrent park/wake cycles in one event loop, its lag, and the sync API in threads.
 
-    .venv/bin/python benchmarks/bench_aio.py [--tasks 1000] [--threads 64] [--rounds 3]
+    .venv/bin/python benchmarks/bench_aio.py [--tasks 1000] [--threads 32] [--rounds 3]
                                              [--backends sqlite,postgres,redis] [--json out.json]
+    .venv/bin/python benchmarks/run.py --only aio      # the same, into docs/benchmarks.md (section 7)
 
 One cycle = park a 64 KiB JSON chat state sealed with AES-256-GCM (`save`), then wake
-it (`claim`: load + conditional delete), on its own key. For each backend:
+it (`claim`: load + conditional delete), on its own key. For each backend, round by
+round, interleaved (so the load of a shared machine falls on all three alike):
 
-- async: `--tasks` tasks in one event loop each run one cycle at once, `--rounds`
-  times; a ticker task sleeps 1 ms at a time and records how late it wakes (the
-  event loop's lag: with 1,000 tasks ready at once it waits for all of their steps),
-  and every step the loop runs is timed (the longest one, in CPU and wall time, is
-  the longest stall: what one call of berth's does on the loop before it awaits);
-- async at the sync run's concurrency (`--threads` tasks), for the like-for-like ratio;
-- sync: the same cycles on `berth.Store` from `--threads` threads.
+- async at the sync run's concurrency: `--tasks` cycles, at most `--threads` at once
+  (a semaphore), in one event loop -- the like-for-like ratio;
+- sync: the same `--tasks` cycles on `berth.Store` from `--threads` threads;
+- async, wide: `--tasks` tasks in one event loop each run one cycle at once.
 
-Throughput is cycles per second of wall time (median of the rounds). PostgreSQL uses
-`BERTH_TEST_POSTGRES` (a fresh schema, dropped after), Redis `BERTH_TEST_REDIS` (a fresh
-prefix, deleted after), SQLite a temporary file. A benchmark, never a test; the figures
-of a shared machine move with its load.
+During the async rounds a ticker task sleeps 1 ms at a time and records how late it
+wakes (the event loop's lag: with 1,000 tasks ready at once it waits for all of their
+steps), and every step the loop runs is timed (the longest one, in CPU and wall time,
+is the longest stall: what one call of berth's does on the loop before it awaits).
+
+Throughput is cycles per second of wall time (median of the rounds); each round
+records the 1-minute load average. PostgreSQL uses `BERTH_TEST_POSTGRES` (a fresh
+schema, dropped after), Redis `BERTH_TEST_REDIS` (a fresh prefix, deleted after),
+SQLite a temporary file. A benchmark, never a test; the figures of a shared machine
+move with its load.
 """
 
 from __future__ import annotations
@@ -61,28 +66,30 @@ def envelope() -> berth.Envelope:
 
 
 @contextmanager
-def location(kind: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(URL, options) of a fresh namespace on `kind`, cleaned up afterwards."""
+def location(kind: str, urls: dict[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(URL, options) of a fresh namespace on `kind` (servers from `urls`, else the env), cleaned up afterwards."""
     if kind == "sqlite":
         with tempfile.TemporaryDirectory() as tmp:
             yield f"sqlite:///{tmp}/bench.db", {}
     elif kind == "postgres":
         import psycopg
 
+        dsn = urls.get("postgres") or POSTGRES
         schema = f"berth_aio_bench_{uuid.uuid4().hex[:8]}"
         try:
-            yield POSTGRES, {"schema": schema, "pool_timeout": 600.0}
+            yield dsn, {"schema": schema, "pool_timeout": 600.0}
         finally:
-            with psycopg.connect(POSTGRES, autocommit=True) as admin:
+            with psycopg.connect(dsn, autocommit=True) as admin:
                 admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     elif kind == "redis":
         import redis
 
+        url = urls.get("redis") or REDIS
         prefix = f"berth-aio-bench-{uuid.uuid4().hex[:8]}:"
         try:
-            yield REDIS, {"prefix": prefix, "check_durability": False}
+            yield url, {"prefix": prefix, "check_durability": False}
         finally:
-            admin = redis.Redis.from_url(REDIS)
+            admin = redis.Redis.from_url(url)
             for key in admin.scan_iter(match=f"{prefix}*"):
                 admin.delete(key)
             admin.close()
@@ -147,106 +154,174 @@ async def _ticker(lags: list[float], stop: asyncio.Event) -> None:
         lags.append(loop.time() - start - TICK)
 
 
-async def async_rounds(url: str, options: dict[str, Any], tasks: int, rounds: int) -> dict[str, Any]:
-    sealer = berth.AesGcmSealer(berth.Keyring.generate())
-    env = envelope()
+async def _open_async(url: str, options: dict[str, Any], sealer: berth.Sealer) -> berth.aio.AsyncStore:
     # a thousand tasks queue for the pool's connections: on a loaded machine the last waits long
     extra = {"pool_timeout": 600.0} if url.startswith("redis") else {}
     store = berth.aio.open_store(url, identity="bench", sealer=sealer, **options, **extra)
     await store.setup()
+    return store
+
+
+async def _async_round(store: berth.aio.AsyncStore, env: berth.Envelope, cycles: int, at_once: int, tag: str) -> float:
+    """`cycles` cycles with at most `at_once` in flight; cycles per second."""
+    gate = asyncio.Semaphore(at_once)
 
     async def cycle(key: str) -> None:
-        await store.save(key, env)
-        if await store.claim(key) is None:
-            raise AssertionError(f"lost {key}")
+        async with gate:
+            await store.save(key, env)
+            if await store.claim(key) is None:
+                raise AssertionError(f"lost {key}")
 
-    await asyncio.gather(*(cycle(f"warm/{i}") for i in range(min(tasks, 50))))
-    lags: list[float] = []
-    stop = asyncio.Event()
-    ticker = asyncio.create_task(_ticker(lags, stop))
-    rates = []
-    cpu_start = time.process_time()
-    with _Steps() as steps:
-        for r in range(rounds):
-            start = time.perf_counter()
-            await asyncio.gather(*(cycle(f"r{r}/{i}") for i in range(tasks)))
-            rates.append(tasks / (time.perf_counter() - start))
-    cpu_used = time.process_time() - cpu_start
-    stop.set()
-    await ticker
-    await store.aclose()
-    lags.sort()
+    start = time.perf_counter()
+    await asyncio.gather(*(cycle(f"{tag}/{i}") for i in range(cycles)))
+    return cycles / (time.perf_counter() - start)
+
+
+class _Async:
+    """Rounds of one async contender: rates, client CPU, and the loop's longest step and lag."""
+
+    def __init__(self) -> None:
+        self.rates: list[float] = []
+        self.cpu = 0.0
+        self.cycles = 0
+        self.step_cpu = self.step_wall = self.gc = 0.0
+        self.what = ""
+        self.lags: list[float] = []
+
+    def round(self, loop: asyncio.AbstractEventLoop, run: Any, cycles: int) -> None:
+        async def ticked() -> float:
+            stop = asyncio.Event()
+            ticker = asyncio.create_task(_ticker(self.lags, stop))
+            try:
+                rate: float = await run
+            finally:
+                stop.set()
+                await ticker
+            return rate
+
+        cpu = time.process_time()
+        with _Steps() as steps:
+            self.rates.append(loop.run_until_complete(ticked()))
+        self.cpu += time.process_time() - cpu
+        self.cycles += cycles
+        if steps.cpu > self.step_cpu:
+            self.step_cpu, self.what = steps.cpu, steps.what
+        self.step_wall = max(self.step_wall, steps.wall)
+        self.gc = max(self.gc, steps.gc)
+
+    def result(self) -> dict[str, Any]:
+        lags = sorted(self.lags)
+        return {
+            "rates": self.rates,
+            "cycles_per_s": statistics.median(self.rates),
+            "cpu_ms_per_cycle": self.cpu * 1000 / max(1, self.cycles),
+            "step_cpu_max_ms": self.step_cpu * 1000,
+            "step_cpu_max_what": self.what,
+            "step_wall_max_ms": self.step_wall * 1000,
+            "gc_pause_max_ms": self.gc * 1000,
+            "lag_max_ms": lags[-1] * 1000 if lags else 0.0,
+            "lag_p99_ms": lags[int(len(lags) * 0.99)] * 1000 if lags else 0.0,
+            "ticks": len(lags),
+        }
+
+
+def measure(kind: str, tasks: int, threads: int, rounds: int, urls: dict[str, str] | None = None) -> dict[str, Any]:
+    """Interleaved rounds of async (at `threads` at once), sync (`threads` threads) and async wide, on `kind`."""
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    env = envelope()
+    with location(kind, urls or {}) as (url, options):
+        loop = asyncio.new_event_loop()
+        astore = loop.run_until_complete(_open_async(url, options, sealer))
+        sstore = berth.open_store(url, identity="bench", sealer=sealer, **options)
+        sstore.setup()
+
+        def cycle(key: str) -> None:
+            sstore.save(key, env)
+            if sstore.claim(key) is None:
+                raise AssertionError(f"lost {key}")
+
+        like, wide = _Async(), _Async()
+        sync_rates: list[float] = []
+        sync_cpu = 0.0
+        loads: list[float] = []
+        try:
+            with ThreadPoolExecutor(threads) as pool:
+                warm = min(tasks, 50)
+                loop.run_until_complete(_async_round(astore, env, warm, threads, "warm-a"))
+                list(pool.map(cycle, [f"warm-s/{i}" for i in range(warm)]))
+                for r in range(rounds):
+                    loads.append(os.getloadavg()[0])
+                    like.round(loop, _async_round(astore, env, tasks, threads, f"a{r}"), tasks)
+                    cpu, start = time.process_time(), time.perf_counter()
+                    list(pool.map(cycle, [f"s{r}/{i}" for i in range(tasks)]))
+                    sync_rates.append(tasks / (time.perf_counter() - start))
+                    sync_cpu += time.process_time() - cpu
+                    wide.round(loop, _async_round(astore, env, tasks, tasks, f"w{r}"), tasks)
+        finally:
+            sstore.close()
+            loop.run_until_complete(astore.aclose())
+            loop.close()
+    sync = {
+        "rates": sync_rates,
+        "cycles_per_s": statistics.median(sync_rates),
+        "cpu_ms_per_cycle": sync_cpu * 1000 / (tasks * rounds),
+    }
+    ratios = [a / s for a, s in zip(like.rates, sync_rates, strict=True)]
     return {
-        "step_cpu_max_ms": steps.cpu * 1000,
-        "step_cpu_max_what": steps.what,
-        "gc_pause_max_ms": steps.gc * 1000,
-        "cpu_ms_per_cycle": cpu_used * 1000 / (tasks * rounds),
-        "step_wall_max_ms": steps.wall * 1000,
-        "cycles_per_s": statistics.median(rates),
-        "lag_max_ms": lags[-1] * 1000 if lags else 0.0,
-        "lag_p99_ms": lags[int(len(lags) * 0.99)] * 1000 if lags else 0.0,
-        "ticks": len(lags),
+        "async_wide": wide.result(),
+        "async_like": like.result(),
+        "sync": sync,
+        "ratios": ratios,
+        "loads": loads,
+        "tasks": tasks,
+        "threads": threads,
     }
 
 
-def sync_rounds(url: str, options: dict[str, Any], threads: int, cycles: int, rounds: int) -> dict[str, Any]:
-    sealer = berth.AesGcmSealer(berth.Keyring.generate())
-    env = envelope()
-    store = berth.open_store(url, identity="bench", sealer=sealer, **options)
-    store.setup()
-
-    def cycle(key: str) -> None:
-        store.save(key, env)
-        if store.claim(key) is None:
-            raise AssertionError(f"lost {key}")
-
-    rates = []
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(cycle, [f"warm/{i}" for i in range(min(cycles, 50))]))
-        cpu_start = time.process_time()
-        for r in range(rounds):
-            start = time.perf_counter()
-            list(pool.map(cycle, [f"s{r}/{i}" for i in range(cycles)]))
-            rates.append(cycles / (time.perf_counter() - start))
-        cpu_used = time.process_time() - cpu_start
-    store.close()
-    return {"cycles_per_s": statistics.median(rates), "cpu_ms_per_cycle": cpu_used * 1000 / (cycles * rounds)}
-
-
-def measure(kind: str, tasks: int, threads: int, rounds: int) -> dict[str, Any]:
-    with location(kind) as (url, options):
-        wide = asyncio.run(async_rounds(url, options, tasks, rounds))
-        like = asyncio.run(async_rounds(url, options, threads, rounds * max(1, tasks // threads)))
-        sync = sync_rounds(url, options, threads, tasks, rounds)
-    return {"async_wide": wide, "async_like": like, "sync": sync}
+def run(kinds: list[str], urls: dict[str, str], quick: bool) -> dict[str, Any]:
+    """What benchmarks/run.py calls: every backend of `kinds`, quick mode small."""
+    tasks, threads, rounds = (200, 32, 2) if quick else (1000, 32, 3)
+    out: dict[str, Any] = {}
+    for kind in kinds:
+        try:
+            out[kind] = measure(kind, tasks, threads, rounds, urls)
+        except Exception as exc:
+            out[kind] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return out
 
 
 def report(results: dict[str, dict[str, Any]], tasks: int, threads: int) -> str:
     lines = [
-        f"| backend | async, {tasks} tasks | async, {threads} tasks | sync, {threads} threads "
-        f"| async/sync at {threads} | client CPU per cycle, async / sync "
-        f"| longest loop step, berth's CPU | longest GC pause | ticker lag p99 / max ({tasks} tasks) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| backend | async, {tasks} tasks | async, {threads} at once | sync, {threads} threads "
+        f"| async/sync at {threads} (median, min-max) | client CPU per cycle, async / sync "
+        f"| longest loop step, berth's CPU | longest GC pause | ticker lag p99 / max ({tasks} tasks) | load avg |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for kind, r in results.items():
+        if "error" in r:
+            lines.append(f"| {kind} | not measured: {r['error']} |")
+            continue
         wide, like, sync = r["async_wide"], r["async_like"], r["sync"]
         cpu = max(wide["step_cpu_max_ms"], like["step_cpu_max_ms"])
         pause = max(wide["gc_pause_max_ms"], like["gc_pause_max_ms"])
+        ratios = r["ratios"]
         lines.append(
             f"| {kind} | {wide['cycles_per_s']:,.0f}/s | {like['cycles_per_s']:,.0f}/s "
-            f"| {sync['cycles_per_s']:,.0f}/s | {like['cycles_per_s'] / sync['cycles_per_s']:.2f}x "
+            f"| {sync['cycles_per_s']:,.0f}/s "
+            f"| {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) "
             f"| {like['cpu_ms_per_cycle']:.2f} / {sync['cpu_ms_per_cycle']:.2f} ms "
-            f"| {cpu:.1f} ms | {pause:.0f} ms | {wide['lag_p99_ms']:.0f} / {wide['lag_max_ms']:.0f} ms |"
+            f"| {cpu:.1f} ms | {pause:.0f} ms | {wide['lag_p99_ms']:.0f} / {wide['lag_max_ms']:.0f} ms "
+            f"| {min(r['loads']):.1f}-{max(r['loads']):.1f} |"
         )
-    longest = {kind: r["async_wide"]["step_cpu_max_what"] for kind, r in results.items()}
+    longest = {kind: r["async_wide"]["step_cpu_max_what"] for kind, r in results.items() if "error" not in r}
     lines += ["", f"Longest steps ({tasks} tasks):", *(f"- {kind}: {what}" for kind, what in longest.items())]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--tasks", type=int, default=1000)
-    parser.add_argument("--threads", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backends", default="sqlite,postgres,redis")
     parser.add_argument("--json", type=Path)

