@@ -280,7 +280,7 @@ def measure(kind: str, tasks: int, threads: int, rounds: int, urls: dict[str, st
 
 def run(kinds: list[str], urls: dict[str, str], quick: bool) -> dict[str, Any]:
     """What benchmarks/run.py calls: every backend of `kinds`, quick mode small."""
-    tasks, threads, rounds = (200, 32, 2) if quick else (1000, 32, 3)
+    tasks, threads, rounds = (200, 32, 2) if quick else (1000, 32, 5)
     out: dict[str, Any] = {}
     for kind in kinds:
         try:
