@@ -7,6 +7,7 @@ a second, raw backend on the same URL, never through the store.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,7 +22,8 @@ import berth
 import berth.aio
 from berth._plan import Call
 from berth.backends import open_backend
-from berth.testing import make_envelope
+from berth.backends.memory import MemoryBackend
+from berth.testing import StoreContract, make_envelope
 from tests.conftest import require
 
 IDENTITY = "wit"
@@ -523,6 +525,87 @@ def test_async_store_has_the_witness_too(kind: str, tmp_path: Path, request: pyt
         close: Callable[[], None] | None = getattr(raw, "close", None)
         if close is not None:
             close()
+
+
+# --- the whole store contract, with a witness ----------------------------------------------------
+
+
+class TestWitnessedContract(StoreContract):
+    """Every case of the conformance suite on a store with a witness (memory://, both in this process).
+
+    The cases that plant frames written without this witness's sealer, or put the latest frame back
+    through the backend, are overridden below with what the witness does instead: it refuses them.
+    """
+
+    cross_process = False
+
+    @pytest.fixture
+    def backend_opener(self) -> Callable[[], Any]:
+        return functools.partial(MemoryBackend.from_url, f"memory://wc-{uuid.uuid4().hex}")
+
+    @pytest.fixture
+    def make_store(
+        self, backend_opener: Callable[[], Any], sealer: berth.Sealer, clock: Any
+    ) -> Iterator[Callable[..., berth.Store]]:
+        witness = f"memory://wcw-{uuid.uuid4().hex}"
+        opened: list[berth.Store] = []
+
+        def make(identity: str = "contract", **kw: Any) -> berth.Store:
+            kw.setdefault("sealer", sealer)
+            kw.setdefault("clock", clock)
+            backend = kw.pop("backend", None) or backend_opener()
+            store = berth.Store(backend, identity=identity, witness=MemoryBackend.from_url(witness), **kw)
+            opened.append(store)
+            return store
+
+        yield make
+        for store in opened:
+            store.close()
+
+    def test_sweep_needs_no_keys(self, make_store: Callable[..., berth.Store], clock: Any) -> None:
+        # With a witness a sweep records each removal, sealed: without the keys it removes nothing.
+        make_store().save("k", make_envelope(deadline=clock.now - timedelta(seconds=1)))
+        with pytest.raises(berth.IntegrityError, match="witness record"):
+            make_store(sealer=berth.PlaintextSealer()).sweep()
+        assert make_store().sweep() == 1
+
+    def test_every_changed_byte_fails_to_open(self, store: berth.Store) -> None:
+        store.save("k", make_envelope())
+        frame = self._raw(store, "k")
+        for pos in range(0, len(frame), 97):
+            bad = bytearray(frame)
+            bad[pos] ^= 0x01
+            self._plant(store, "k", bytes(bad))
+            with pytest.raises((berth.IntegrityError, berth.FormatError)):
+                store.load("k")
+        self._plant(store, "k", frame)  # the latest frame itself, put back: another generation
+        with pytest.raises(berth.IntegrityError, match="not the latest"):
+            store.load("k")
+
+    def _foreign_frame_refused(self, make_store: Callable[..., berth.Store], **other: Any) -> None:
+        make_store(**other).save("k", make_envelope())  # the same witness, under another sealer
+        with pytest.raises(berth.IntegrityError):
+            make_store().load("k")
+
+    def test_plaintext_frame_in_a_sealed_store_is_refused(self, make_store: Callable[..., berth.Store]) -> None:
+        self._foreign_frame_refused(make_store, sealer=berth.PlaintextSealer())
+
+    def test_sealed_frame_in_a_plaintext_store_names_the_key_needed(
+        self, make_store: Callable[..., berth.Store], sealer: berth.Sealer
+    ) -> None:
+        make_store().save("k", make_envelope())
+        with pytest.raises(berth.IntegrityError):
+            make_store(sealer=berth.PlaintextSealer()).load("k")
+
+    def test_reseal_moves_plaintext_to_the_sealer(self, make_store: Callable[..., berth.Store]) -> None:
+        # Frames parked without the witness are never adopted by a reseal: it counts them as failed.
+        legacy = berth.Store(make_store().backend, identity="contract", sealer=berth.PlaintextSealer())
+        legacy.save("k", make_envelope())
+        report = make_store(accept_plaintext=True).reseal()
+        assert report == 0 and report.failed == 1
+
+    def test_reseal_loses_to_a_concurrent_save(self, make_store: Callable[..., berth.Store]) -> None:
+        self.test_reseal_moves_plaintext_to_the_sealer(make_store)
 
 
 # --- berth audit --------------------------------------------------------------------------------

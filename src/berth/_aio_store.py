@@ -153,8 +153,7 @@ class AsyncStore:
         name = core._name(key)
         core._check_condition(key, if_absent, if_match)
         if core._witness is not None:
-            core._check_envelope(key, envelope)
-            build = functools.partial(core._seal, key, envelope, envelope.created_at or core.now())
+            build = core._witness_build(key, envelope)
             return await self._witnessed(key, "save", core._witness.save(core, key, build, if_absent, if_match))
         state = getattr(envelope, "provider_state", b"")
         frame = await self._cpu(len(state) if isinstance(state, bytes) else 0, core._build, key, envelope)

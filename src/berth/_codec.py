@@ -29,7 +29,7 @@ import msgspec
 
 from berth._envelope import Envelope, PendingCall
 from berth._errors import BerthError, EnvelopeTooLarge, FormatError, IntegrityError, InvalidEnvelope, where
-from berth._sealer import PartsSealer
+from berth._sealer import PartsSealer, Sealer
 
 __all__ = [
     "FORMAT_VERSION",
@@ -38,6 +38,7 @@ __all__ = [
     "Header",
     "build_aad",
     "encode_header",
+    "frame_head",
     "header_size",
     "open_frame",
     "peek_header",
@@ -287,8 +288,32 @@ def seal_frame(
     `seq` (a witnessed store's per-key sequence number) goes into the authenticated header;
     None leaves the header as a store without a witness writes it.
 
-    Raises `EnvelopeTooLarge` past `max_bytes` of body; what the sealer raises (a KMS
-    outage, say) passes through for the store to map.
+    Raises `EnvelopeTooLarge` past `max_bytes` of body, `InvalidEnvelope` for a header over
+    64 KiB; what the sealer raises (a KMS outage, say) passes through for the store to map.
+    """
+    head, prefix = frame_head(
+        env, identity=identity, key=key, created_at=created_at, sealer=sealer, max_bytes=max_bytes, seq=seq
+    )
+    # The sealer writes the head first and takes the body in parts: the state is never
+    # copied into a joined body first.
+    frame: bytes = sealer.seal_parts(head, (prefix, env.provider_state, _END), aad=build_aad(head, identity, key))
+    return frame
+
+
+def frame_head(
+    env: Envelope,
+    *,
+    identity: str,
+    key: str,
+    created_at: datetime,
+    sealer: Sealer,
+    max_bytes: int,
+    seq: int | None = None,
+) -> tuple[bytes, bytes]:
+    """The encoded head of `env`'s frame and its body's prefix, checked: what `seal_frame` seals.
+
+    A witnessed store calls it before any I/O (with the largest `seq`) so that an envelope too
+    large is refused as early as without a witness. Raises as `seal_frame`, but never seals.
     """
     prefix = _encode_prefix(env, created_at)
     state = env.provider_state
@@ -323,10 +348,7 @@ def seal_frame(
             identity=identity,
             key=key,
         ) from None
-    # The sealer writes the head first and takes the body in parts: the state is never
-    # copied into a joined body first.
-    frame: bytes = sealer.seal_parts(head, (prefix, state, _END), aad=build_aad(head, identity, key))
-    return frame
+    return head, prefix
 
 
 def open_frame(

@@ -16,7 +16,16 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeGuard, TypeVar
 
 from berth._atomic import make_dirs, write_atomic
-from berth._codec import MAX_HEADER, PREFIX_SIZE, Header, header_size, open_frame, peek_header, seal_frame
+from berth._codec import (
+    MAX_HEADER,
+    PREFIX_SIZE,
+    Header,
+    frame_head,
+    header_size,
+    open_frame,
+    peek_header,
+    seal_frame,
+)
 from berth._envelope import ENVELOPE_VERSION, Envelope
 from berth._errors import (
     BackendError,
@@ -36,7 +45,7 @@ from berth._plan import Plan, call, run
 from berth._redact import redact_url
 from berth._sealer import PartsSealer, Sealer, as_parts, check_sealer
 from berth._token import Token
-from berth._witness import AuditReport, Witness
+from berth._witness import MAX_SEQ, AuditReport, Witness
 from berth.backends import Backend, Data, Head, as_backend, open_backend
 
 if TYPE_CHECKING:
@@ -360,6 +369,21 @@ class Store:
                 key=key,
             )
 
+    def _witness_build(self, key: str, env: Envelope) -> Callable[[int], bytes]:
+        """What a witnessed save seals once it has its sequence number; every check made now, before any I/O."""
+        self._check_envelope(key, env)
+        created_at = env.created_at or self._clock()
+        frame_head(
+            env,
+            identity=self.identity,
+            key=key,
+            created_at=created_at,
+            sealer=self._parts,
+            max_bytes=self.max_envelope_bytes,
+            seq=MAX_SEQ,
+        )
+        return functools.partial(self._seal, key, env, created_at)
+
     def _seal(self, key: str, env: Envelope, created_at: datetime, seq: int | None = None) -> bytes:
         try:
             return seal_frame(
@@ -407,8 +431,7 @@ class Store:
         name = self._name(key)
         self._check_condition(key, if_absent, if_match)
         if self._witness is not None:
-            self._check_envelope(key, envelope)
-            build = functools.partial(self._seal, key, envelope, envelope.created_at or self._clock())
+            build = self._witness_build(key, envelope)
             return self._witnessed(key, "save", self._witness.save(self, key, build, if_absent, if_match))
         frame = self._build(key, envelope)
         try:

@@ -77,6 +77,8 @@ LEFT = ("claimed", "expired", "drifted", "swept", "deleted")
 _RECORD_MAGIC = b"\x89BWITNS\n"
 _HEAD = b'{"witness":1}'
 _TRIES = 200
+MAX_SEQ = 2**63 - 1
+"""Sequence numbers stay below it (the longest a header's `seq` can be, for the size check before I/O)."""
 
 # verdicts
 OK, PENDING, GONE = "ok", "pending", "gone"
