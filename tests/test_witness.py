@@ -23,7 +23,7 @@ import berth.aio
 from berth._plan import Call
 from berth.backends import open_backend
 from berth.backends.memory import MemoryBackend
-from berth.testing import StoreContract, make_envelope
+from berth.testing import AsyncStoreContract, StoreContract, make_envelope
 from tests.conftest import require
 
 IDENTITY = "wit"
@@ -606,6 +606,38 @@ class TestWitnessedContract(StoreContract):
 
     def test_reseal_loses_to_a_concurrent_save(self, make_store: Callable[..., berth.Store]) -> None:
         self.test_reseal_moves_plaintext_to_the_sealer(make_store)
+
+
+class TestWitnessedAsyncContract(AsyncStoreContract, TestWitnessedContract):
+    """The same, through berth.aio (the memory backends in worker threads)."""
+
+    @pytest.fixture
+    def make_store(
+        self, async_backend_opener: Callable[[], Any], sealer: berth.Sealer, clock: Any
+    ) -> Iterator[Callable[..., Any]]:
+        from berth.testing import AwaitingStore, _Portal
+
+        witness = f"memory://wcw-{uuid.uuid4().hex}"
+        portal = _Portal()
+        opened: list[Any] = []
+
+        def make(identity: str = "contract", **kw: Any) -> Any:
+            kw.setdefault("sealer", sealer)
+            kw.setdefault("clock", clock)
+            given = kw.pop("backend", None)
+            backend = berth.aio.ThreadedBackend(given) if given is not None else async_backend_opener()
+            store = berth.aio.AsyncStore(
+                backend, identity=identity, witness=berth.aio.ThreadedBackend(MemoryBackend.from_url(witness)), **kw
+            )
+            opened.append(AwaitingStore(store, portal))
+            return opened[-1]
+
+        try:
+            yield make
+        finally:
+            for store in opened:
+                store.close()
+            portal.close()
 
 
 # --- berth audit --------------------------------------------------------------------------------
