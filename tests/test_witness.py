@@ -375,15 +375,19 @@ def test_the_plans_have_the_steps_the_crash_tests_cut(store: berth.Store) -> Non
     assert _steps(store, store._witness.leave(store, "a", parked.token, "claimed")) == 5
 
 
+def _local_setup(kind: str, tmp_path: Path, n: int) -> Setup:
+    url, witness_url = (f"memory://s{uuid.uuid4().hex}", f"memory://w{uuid.uuid4().hex}")
+    if kind == "sqlite":
+        url, witness_url = f"sqlite:///{tmp_path}/s{n}.db", f"sqlite:///{tmp_path}/w{n}.db"
+    return Setup(url, witness_url, berth.AesGcmSealer(berth.Keyring.generate()), None, None)
+
+
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_a_save_killed_at_any_step_leaves_a_readable_run_and_no_replay(kind: str, tmp_path: Path) -> None:
     import functools
 
     for cut in range(6):
-        url, witness_url = (f"memory://s{cut}{uuid.uuid4().hex}", f"memory://w{uuid.uuid4().hex}")
-        if kind == "sqlite":
-            url, witness_url = f"sqlite:///{tmp_path}/s{cut}.db", f"sqlite:///{tmp_path}/w{cut}.db"
-        setup = Setup(url, witness_url, berth.AesGcmSealer(berth.Keyring.generate()), None, None)
+        setup = _local_setup(kind, tmp_path, cut)
         with setup.store() as store:
             setup.frames, setup.witness = store.backend, store._witness.backend  # type: ignore[union-attr]
             _park(store, "a", "r1")
@@ -407,12 +411,9 @@ def test_a_save_killed_at_any_step_leaves_a_readable_run_and_no_replay(kind: str
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_a_claim_killed_at_any_step_never_resumes_twice(kind: str, tmp_path: Path) -> None:
     for cut in range(6):
-        url, witness_url = (f"memory://s{uuid.uuid4().hex}", f"memory://w{uuid.uuid4().hex}")
-        if kind == "sqlite":
-            url, witness_url = f"sqlite:///{tmp_path}/s{cut}.db", f"sqlite:///{tmp_path}/w{cut}.db"
-        setup = Setup(url, witness_url, berth.AesGcmSealer(berth.Keyring.generate()), None, None)
+        setup = _local_setup(kind, tmp_path, cut)
         with setup.store() as store:
-            setup.frames = store.backend
+            setup.frames, setup.witness = store.backend, store._witness.backend  # type: ignore[union-attr]
             _park(store, "a", "r1")
             latest = setup.frame("a")
             parked = store.load("a")

@@ -373,15 +373,8 @@ class Store:
         """What a witnessed save seals once it has its sequence number; every check made now, before any I/O."""
         self._check_envelope(key, env)
         created_at = env.created_at or self._clock()
-        frame_head(
-            env,
-            identity=self.identity,
-            key=key,
-            created_at=created_at,
-            sealer=self._parts,
-            max_bytes=self.max_envelope_bytes,
-            seq=MAX_SEQ,
-        )
+        limits = {"sealer": self._parts, "max_bytes": self.max_envelope_bytes}
+        frame_head(env, identity=self.identity, key=key, created_at=created_at, seq=MAX_SEQ, **limits)  # type: ignore[arg-type]
         return functools.partial(self._seal, key, env, created_at)
 
     def _seal(self, key: str, env: Envelope, created_at: datetime, seq: int | None = None) -> bytes:
