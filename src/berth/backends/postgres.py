@@ -24,6 +24,7 @@ import hashlib
 import os
 import re
 import select
+import struct
 import threading
 import time
 import weakref
@@ -55,6 +56,8 @@ _INT64_MAX = 2**63 - 1
 _KEEP_BYTES = 1 << 20  # a pooled cursor that moved a frame larger than this is not kept (see _Lease)
 _WHOLE = 1 << 20  # a get returns a frame up to this size in its one row; a larger one is read in pieces
 _PIECE = 4 << 20  # bytes per ranged read of a large frame
+_COPY_HEAD = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">iih", 0, 0, 1)  # binary COPY: signature, one field
+_COPY_END = struct.pack(">h", -1)
 # URL query parameters that are berth's, not libpq's (libpq refuses unknown ones).
 _URL_OPTIONS = {
     "schema": str,
@@ -366,6 +369,7 @@ class PostgresBackend(Backend):
             kwargs["connect_timeout"] = connect_timeout
         self._q = self._statements()
         self._ready = False
+        self._upload = True  # large puts by COPY (False once the role turns out to lack TEMP)
         self._ready_lock = threading.Lock()
         self._pool_args = (conninfo, kwargs, pool_max_size, pool_timeout, pool_max_idle)
         self._pool = _Pool(*self._pool_args)
@@ -425,6 +429,26 @@ class PostgresBackend(Backend):
             # A large frame is not sent whole: libpq's input buffer, its result and psycopg's bytes
             # would each hold it (a 64 MiB load peaked at 3x the state). Its pieces are read by
             # `get_piece` into one buffer instead (`_Pieces`).
+            # A large frame is copied into a temporary table (COPY streams it: a parameter made
+            # libpq hold it whole, and grow its buffer to twice that) and taken from there.
+            "upload_table": q(
+                "CREATE TEMP TABLE IF NOT EXISTS berth_upload (data bytea NOT NULL) ON COMMIT DELETE ROWS"
+            ),
+            "upload": q("COPY pg_temp.berth_upload (data) FROM STDIN (FORMAT BINARY)"),
+            "put:upload": q(
+                "INSERT INTO {schema}.{table} AS t (name, gen, data) "
+                "SELECT %s, nextval('{schema}.{seq}'), data FROM pg_temp.berth_upload "
+                "ON CONFLICT (name) DO UPDATE SET gen = EXCLUDED.gen, data = EXCLUDED.data RETURNING t.gen"
+            ),
+            "put_absent:upload": q(
+                "INSERT INTO {schema}.{table} (name, gen, data) "
+                "SELECT %s, nextval('{schema}.{seq}'), data FROM pg_temp.berth_upload "
+                "ON CONFLICT (name) DO NOTHING RETURNING gen"
+            ),
+            "put_match:upload": q(
+                "UPDATE {schema}.{table} SET gen = nextval('{schema}.{seq}'), "
+                "data = (SELECT data FROM pg_temp.berth_upload) WHERE name = %s AND gen = %s RETURNING gen"
+            ),
             "get": q(
                 f"SELECT CASE WHEN octet_length(data) <= {_WHOLE} THEN data END, gen, octet_length(data) "
                 "FROM {schema}.{table} WHERE name = %s"
@@ -567,7 +591,35 @@ class PostgresBackend(Backend):
         key, params = self._put_statement(name, data, if_match, if_absent)
         if not self._ready:
             self._ensure_ready()
-        return self._put_token(name, self._run("save", name, key, params, large=len(data) > _KEEP_BYTES), if_absent)
+        if len(data) > _WHOLE and self._upload:
+            row = self._put_by_copy(name, key, params)
+        else:
+            row = self._run("save", name, key, params, large=len(data) > _KEEP_BYTES)
+        return self._put_token(name, row, if_absent)
+
+    def _put_by_copy(self, name: str, key: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """A large put: the frame streamed by COPY into a temporary table, then the statement takes it from there.
+
+        One transaction; the table empties at its commit. A role without the TEMP privilege
+        puts by parameter instead (from then on).
+        """
+        at = 0 if key == "put_match" else 1  # where _put_statement puts the frame
+        data, rest = memoryview(params[at]), params[:at] + params[at + 1 :]
+        try:
+            with _mapped("save", name), self._pool.connection() as conn, conn.transaction():
+                conn.execute(self._q["upload_table"])
+                with conn.cursor() as cur:
+                    with cur.copy(self._q["upload"]) as copy:
+                        copy.write(_COPY_HEAD + struct.pack(">i", len(data)))
+                        copy.write(data)
+                        copy.write(_COPY_END)
+                    row: tuple[Any, ...] | None = cur.execute(self._q[key + ":upload"], rest).fetchone()
+                return row
+        except BackendError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
+                raise
+        self._upload = False
+        return self._run("save", name, key, params, large=True)
 
     def _put_statement(
         self, name: str, data: bytes, if_match: Token | None, if_absent: bool
@@ -895,7 +947,10 @@ class AsyncPostgresBackend(AsyncBackend):
     async def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
         key, params = self.sync._put_statement(name, data, if_match, if_absent)
         await self._ready()
-        row = await self._run("save", name, key, params, large=len(data) > _KEEP_BYTES)
+        if len(data) > _WHOLE and self.sync._upload:  # COPY on the sync pool, in a worker thread
+            row = await asyncio.to_thread(self.sync._put_by_copy, name, key, params)
+        else:
+            row = await self._run("save", name, key, params, large=len(data) > _KEEP_BYTES)
         return self.sync._put_token(name, row, if_absent)
 
     async def get(self, name: str) -> tuple[bytes, Token] | None:
