@@ -354,15 +354,24 @@ class FileBackend(Backend):
     def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
         """Heads under `prefix` in name order.
 
-        File names are hashes, so every file's name is read (its first bytes, not the
-        frame) and ordered in memory: O(limit) with a limit, else O(names); then the
-        heads wanted are read.
+        File names are hashes, so the order is made in memory. A whole listing reads each
+        file once, keeping its head with its name (one read per frame, as an unordered scan:
+        reading names first and heads after took two), then sorts. With a limit, only the
+        names are kept (O(limit), a heap) and the heads wanted are read after.
         """
-        named = sorted_names(self._named(prefix), limit, reverse)  # (name, path) tuples order by name
-        return self._heads_of(named, size)
+        if limit is not None:
+            named = sorted_names(self._named(prefix), limit, reverse)  # (name, path) tuples order by name
+            return self._heads_of(named, size)
+        rows = [(name, head, token, full) for name, head, token, full, _ in self._records(prefix, size)]
+        rows.sort(key=_by_name, reverse=reverse)
+        return iter(rows)
 
     def close(self) -> None:
         pass
+
+
+def _by_name(row: Head) -> str:
+    return row[0]
 
 
 @lru_cache(maxsize=4096)  # a store names the same few keys over and over

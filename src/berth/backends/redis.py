@@ -54,7 +54,7 @@ log = logging.getLogger("berth")
 
 _GEN_DIGITS = 20
 _SCAN_COUNT = 1000
-_ASYNC_HEADS = 128  # heads per script call of the async backend
+_ASYNC_HEADS = 128  # heads per pipelined read of the async backend
 _PREFIX = re.compile(r"[A-Za-z0-9._-]{1,64}:")
 _GLOB = re.compile(r"([\\*?\[\]])")
 _READ_RETRIES = (0.05, 0.25)  # idempotent reads retry after these pauses; writes never retry
@@ -85,20 +85,23 @@ if redis.call('GETRANGE', KEYS[1], 0, 19) == ARGV[1] then
 end
 return 0
 """
-# KEYS: frames. ARGV: bytes of frame wanted. One atomic read per frame: head and length agree.
-_HEADS = """
-local n = tonumber(ARGV[1]) + 19
-local out = {}
-for i, k in ipairs(KEYS) do
-  local head = redis.pcall('GETRANGE', k, 0, n)
-  if type(head) == 'table' then
-    out[i] = {'', -1}  -- not a string (WRONGTYPE): something else's value under berth's prefix
-  else
-    out[i] = {head, redis.call('STRLEN', k)}
-  end
-end
-return out
-"""
+
+
+def _pack_heads(keys: list[str], size: int) -> bytes:
+    """GETRANGE and STRLEN of each key, packed as one RESP request: a round trip of native reads.
+
+    A Lua script looping over the batch made each frame's head and length agree, but cost
+    the server about 8× these two reads per frame.
+    """
+    end = b"%d" % (size + _GEN_DIGITS - 1)
+    getrange = b"*4\r\n$8\r\nGETRANGE\r\n"
+    tail = b"\r\n$1\r\n0\r\n$%d\r\n%s\r\n*2\r\n$6\r\nSTRLEN\r\n" % (len(end), end)
+    parts = []
+    for key in keys:
+        k = key.encode()
+        arg = b"$%d\r\n%s" % (len(k), k)
+        parts.append(b"".join((getrange, arg, tail, arg, b"\r\n")))
+    return b"".join(parts)
 
 
 class DurabilityWarning(UserWarning):
@@ -158,9 +161,8 @@ def _client_args(url: str, options: dict[str, Any], retry: Any = None) -> tuple[
 class RedisBackend(Backend):
     """Frames as Redis strings under one key prefix; safe across threads, processes and hosts.
 
-    Standalone Redis (or a Sentinel-managed primary): listing reads a batch of
-    frame keys in one script, which Redis Cluster would need in one hash slot,
-    so Cluster is not supported.
+    Standalone Redis (or a Sentinel-managed primary): listing SCANs one server's
+    keyspace and pipelines its reads there, so Cluster is not supported.
     """
 
     def __init__(
@@ -186,7 +188,6 @@ class RedisBackend(Backend):
         self._command: Callable[..., Any] = client.execute_command
         self._put_if_match = client.register_script(_PUT_IF_MATCH)
         self._delete = client.register_script(_DELETE)
-        self._heads = client.register_script(_HEADS)
         if check_durability:
             self._check_durability()
 
@@ -477,24 +478,54 @@ class RedisBackend(Backend):
 
     def _heads_of(self, batches: Iterable[list[str]], size: int, prefix: str) -> Iterator[Head]:
         for keys in batches:
-            rows = self._read(functools.partial(self._heads, keys=keys, args=[size]), "list", prefix)
-            yield from self._head_rows(keys, rows)
+            replies = self._read(functools.partial(self._read_heads, keys, size), "list", prefix)
+            yield from self._head_rows(keys, replies)
 
-    def _head_rows(self, keys: list[str], rows: Any) -> Iterator[Head]:
+    def _read_heads(self, keys: list[str], size: int) -> list[Any]:
+        # Packed by hand and read reply by reply on a pooled connection: redis-py's pipeline
+        # spent more client CPU per command than the whole rest of a listing.
+        packed = _pack_heads(keys, size)
+        pool = self.client.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command([packed])  # type: ignore[no-untyped-call]
+            replies: list[Any] = []
+            for _ in range(2 * len(keys)):
+                try:
+                    replies.append(conn.read_response())
+                except redis.exceptions.ResponseError as exc:  # this command's error reply; the rest follow
+                    replies.append(exc)
+        except BaseException:
+            conn.disconnect()  # type: ignore[no-untyped-call]  # replies may be left unread: never give it back mid-stream
+            raise
+        finally:
+            pool.release(conn)
+        return replies
+
+    def _head_rows(self, keys: list[str], replies: list[Any]) -> Iterator[Head]:
+        """The heads of `keys` from their pipelined GETRANGE and STRLEN replies."""
         skip = len(self._frames)
-        for key, (head, length) in zip(keys, rows, strict=True):
+        for key, head, length in zip(keys, replies[::2], replies[1::2], strict=True):
             name = key[skip:]
-            if int(length) < 0:  # not a string (WRONGTYPE): something else's value under berth's prefix
-                yield name, FormatError(f"redis value for {name!r} is not a berth frame"), Token.ZERO, 0
-                continue
-            if not head:  # deleted since the SCAN
-                continue
-            try:
-                token = Token(self._parse_gen(name, head[:_GEN_DIGITS]))
-            except FormatError as exc:  # one bad value never stops a listing
-                yield name, exc, Token.ZERO, int(length)
-                continue
-            yield name, head[_GEN_DIGITS:], token, int(length) - _GEN_DIGITS
+            for reply in (head, length):
+                if isinstance(reply, redis.exceptions.RedisError):
+                    if not str(reply).startswith("WRONGTYPE"):
+                        _failed("list", name, reply)
+                    # not a string: something else's value under berth's prefix
+                    yield name, FormatError(f"redis value for {name!r} is not a berth frame"), Token.ZERO, 0
+                    break
+            else:
+                if not head:  # deleted since the SCAN
+                    continue
+                # A save between the two reads can make the length the newer frame's: the listing's size
+                # is then that one's, its token still the head's (a delete by it is refused, as it must be).
+                full = max(int(length), len(head))
+                try:
+                    token = Token(self._parse_gen(name, head[:_GEN_DIGITS]))
+                except FormatError as exc:  # one bad value never stops a listing
+                    yield name, exc, Token.ZERO, full
+                    continue
+                yield name, head[_GEN_DIGITS:], token, full - _GEN_DIGITS
 
     def get_many(self, names: Sequence[str]) -> list[tuple[Data, Token] | None]:
         """Every name's frame and generation (or None), in one MGET."""
@@ -586,7 +617,6 @@ class AsyncRedisBackend(AsyncBackend):
         self._command = self._call if isinstance(pool, _pool_class()) else client.execute_command
         self._put_if_match = client.register_script(_PUT_IF_MATCH)
         self._delete = client.register_script(_DELETE)
-        self._heads = client.register_script(_HEADS)
         self._check = check_durability
 
     @classmethod
@@ -723,13 +753,22 @@ class AsyncRedisBackend(AsyncBackend):
 
     async def _heads_of(self, batches: AsyncIterator[list[str]], size: int, prefix: str) -> AsyncIterator[Head]:
         async for batch in batches:
-            # A script call per _ASYNC_HEADS keys, not per SCAN batch: parsing a reply of 1,000
-            # heads (~1 MiB) is one step of the event loop.
+            # A pipelined read per _ASYNC_HEADS keys, not per SCAN batch: parsing the replies of
+            # 1,000 heads (~1 MiB) is one step of the event loop.
             for i in range(0, len(batch), _ASYNC_HEADS):
                 keys = batch[i : i + _ASYNC_HEADS]
-                rows = await self._read(functools.partial(self._heads, keys=keys, args=[size]), "list", prefix)
-                for row in self.sync._head_rows(keys, rows):
+                replies = await self._read(functools.partial(self._read_heads, keys, size), "list", prefix)
+                for row in self.sync._head_rows(keys, replies):
                     yield row
+
+    async def _read_heads(self, keys: list[str], size: int) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        end = size + _GEN_DIGITS - 1
+        for key in keys:
+            pipe.execute_command("GETRANGE", key, 0, end)
+            pipe.execute_command("STRLEN", key)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+        return replies
 
     def heads(self, prefix: str, size: int) -> AsyncIterator[Head]:
         return self._heads_of(self._batches(prefix), size, prefix)
