@@ -406,7 +406,7 @@ WITNESSED = "berth sealed + witness"
 
 
 def witness_section(res: dict[str, Any], goals: Goals) -> list[str]:
-    out = ["## 8. What a witness costs", ""]
+    out = ["## 11. What a witness costs", ""]
     out.append(
         "The cycle of section 1 (save, load, conditional delete of a 64 KiB chat state, AES-256-GCM) by a store "
         "without a witness and by one with a witness (`open_store(..., witness=URL)`: a second SQLite file, "

@@ -1,4 +1,4 @@
-"""Workload 8: what a witness costs -- the cycle with and without one, and the extra durable writes.
+"""Workload 11: what a witness costs -- the cycle with and without one, and the extra durable writes.
 
 A witnessed store (`open_store(..., witness=URL)`, issue 20) keeps a sealed record
 per key in a second location: here a second SQLite file, a second PostgreSQL
