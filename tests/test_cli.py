@@ -485,7 +485,7 @@ def test_park_state_that_is_not_json_is_exit_2_and_parks_nothing(store: berth.St
 
 
 def test_park_refuses_a_state_over_the_store_limit(store: berth.Store) -> None:
-    big = b'"' + b"a" * (64 * 1024 * 1024) + b'"'
+    big = b'"' + b"a" * store.max_envelope_bytes + b'"'  # the state alone is past the whole envelope's limit
     fails(1, "park", "k", "--state", "-", input=big, says=[*where("k"), "limit"])
     assert list(store.list()) == []
 

@@ -7,7 +7,6 @@ A backend moves bytes and knows nothing of envelopes or keys. Names are
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import re
 import threading
 from abc import ABC, abstractmethod
@@ -242,6 +241,8 @@ def _load_entry_points() -> None:
         if _entry_points_loaded:
             return
         _entry_points_loaded = True
+        import importlib.metadata  # here, not at import: it pulls in pathlib, zipfile and email (~10 ms)
+
         found = [(ep.name, ep.value) for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
     for scheme, value in found:
         if scheme not in _schemes:  # a built-in or a `register` call wins over an entry point
