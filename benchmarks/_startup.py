@@ -1,0 +1,49 @@
+"""Workload 12: start-up. `import berth`, `berth --help` and `berth ls` on an empty store, beside bare Python.
+
+Each command runs in a fresh interpreter, all of them interleaved round by round
+so the load of a shared machine falls on each alike; the report gives each
+command's wall time and what it adds over bare Python in the same round. The
+console script is the installed `berth`, as a user runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def commands(scratch: str) -> dict[str, list[str]]:
+    """What is timed: a name for the report, and the command line."""
+    berth = str(Path(sys.executable).parent / "berth")
+    return {
+        "bare python": [sys.executable, "-c", "pass"],
+        "import berth": [sys.executable, "-c", "import berth"],
+        "berth --help": [berth, "--help"],
+        "berth ls (empty store)": [berth, "ls", "--url", f"sqlite://{scratch}/startup-empty.db"],
+    }
+
+
+def _shown(cmd: list[str]) -> str:
+    return " ".join(["python" if c == sys.executable else Path(c).name if c.endswith("/berth") else c for c in cmd])
+
+
+def run(ctx: dict[str, Any], rounds: int) -> dict[str, Any]:
+    """`rounds` rounds of every command, interleaved; wall milliseconds per run and the load at each round."""
+    cmds = commands(ctx["dir"])
+    env = {k: v for k, v in os.environ.items() if k not in ("BERTH_KEYRING", "BERTH_KMS", "BERTH_URL")}
+    for cmd in cmds.values():  # warm the page cache and create the empty store
+        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    runs: dict[str, list[float]] = {name: [] for name in cmds}
+    loads = []
+    for i in range(rounds):
+        loads.append(os.getloadavg()[0])
+        order = list(cmds.items())
+        for name, cmd in order if i % 2 == 0 else order[::-1]:
+            t0 = time.perf_counter()
+            subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            runs[name].append((time.perf_counter() - t0) * 1000)
+    return {"commands": {name: _shown(cmd) for name, cmd in cmds.items()}, "runs": runs, "loads": loads}
