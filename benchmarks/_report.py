@@ -805,6 +805,9 @@ def savers_section(res: dict[str, Any], goals: Goals) -> list[str]:
                 "; ".join(enc_fig),
                 enc_ok,
             )
+    for backend, why in data.get("failed", {}).items():
+        out += ["", f"{NAMES[backend]}: not measured in this run ({why})."]
+        goals.add(f"savers {NAMES[backend]}", f"not measured: {why}", None)
     out.append("")
     return out
 

@@ -215,26 +215,44 @@ def run(backends: list[str], ctx: dict[str, Any], *, quick: bool, trials: int, b
     out: dict[str, Any] = {"sizes": list(sizes), "load": {}, "backends": {}}
     for backend in backends:
         tag = f"lgsaver_{backend}_{uuid.uuid4().hex[:6]}"
-        cs = contenders(backend, ctx, tag)
         try:
-            populated = {c.name: populate(c, sizes, messages) for c in cs}
-            rows: dict[str, Any] = {"populate_s": populated}
-            for face in FACES:
-                for op in OPS:
-                    for size in sizes if op != "step" else (sizes[0],):
-                        load = os.getloadavg()[0]
-                        results = interleave(_variants(cs, face, op, size, messages), trials=trials, budget=budget)
-                        key = f"{face}/{op}" + (f"/{size}" if op != "step" else "")
-                        rows[key] = {n: {"role": r.role, "rates": r.rates, "cpu": r.cpu} for n, r in results.items()}
-                        rows[key]["_load"] = load
-        finally:
-            for c in cs:
-                c.close()
-            if backend == "postgres":
-                import psycopg
-
-                with psycopg.connect(ctx["postgres"], autocommit=True) as admin:
-                    for schema in ("berth", "plain", "gcm", "eax"):
-                        admin.execute(f'DROP SCHEMA IF EXISTS "{tag}_{schema}" CASCADE')
-        out["backends"][backend] = rows
+            out["backends"][backend] = _backend(backend, ctx, tag, sizes, messages, trials, budget)
+        except Exception as exc:  # one backend failing (a server gone) keeps the other's figures
+            out.setdefault("failed", {})[backend] = f"{type(exc).__name__}: {str(exc)[:300]}"
     return out
+
+
+def _backend(
+    backend: str,
+    ctx: dict[str, Any],
+    tag: str,
+    sizes: tuple[int, ...],
+    messages: list[dict[str, Any]],
+    trials: int,
+    budget: float,
+) -> dict[str, Any]:
+    """Populate one backend's threads through every contender, then interleave each operation."""
+    cs = contenders(backend, ctx, tag)
+    try:
+        rows: dict[str, Any] = {"populate_s": {c.name: populate(c, sizes, messages) for c in cs}}
+        for face in FACES:
+            for op in OPS:
+                for size in sizes if op != "step" else (sizes[0],):
+                    load = os.getloadavg()[0]
+                    results = interleave(_variants(cs, face, op, size, messages), trials=trials, budget=budget)
+                    key = f"{face}/{op}" + (f"/{size}" if op != "step" else "")
+                    rows[key] = {n: {"role": r.role, "rates": r.rates, "cpu": r.cpu} for n, r in results.items()}
+                    rows[key]["_load"] = load
+    finally:
+        for c in cs:
+            try:
+                c.close()
+            except Exception:  # a connection already lost: nothing left to close
+                pass
+        if backend == "postgres":
+            import psycopg
+
+            with psycopg.connect(ctx["postgres"], autocommit=True) as admin:
+                for schema in ("berth", "plain", "gcm", "eax"):
+                    admin.execute(f'DROP SCHEMA IF EXISTS "{tag}_{schema}" CASCADE')
+    return rows
