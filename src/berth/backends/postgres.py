@@ -55,7 +55,7 @@ _PAGE = 500
 _INT64_MAX = 2**63 - 1
 _KEEP_BYTES = 1 << 20  # a pooled cursor that moved a frame larger than this is not kept (see _Lease)
 _WHOLE = 1 << 20  # a get returns a frame up to this size in its one row; a larger one is read in pieces
-_PIECE = 4 << 20  # bytes per ranged read of a large frame
+_PIECE = 2 << 20  # bytes per ranged read of a large frame (libpq holds about three times this meanwhile)
 _COPY_HEAD = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">iih", 0, 0, 1)  # binary COPY: signature, one field
 _COPY_END = struct.pack(">h", -1)
 # URL query parameters that are berth's, not libpq's (libpq refuses unknown ones).
@@ -431,8 +431,12 @@ class PostgresBackend(Backend):
             # `get_piece` into one buffer instead (`_Pieces`).
             # A large frame is copied into a temporary table (COPY streams it: a parameter made
             # libpq hold it whole, and grow its buffer to twice that) and taken from there.
+            # STORAGE EXTERNAL: pglz would try to compress the whole frame (its cleartext header
+            # compresses, so it does not give up early) only to find the ciphertext does not.
             "upload_table": q(
-                "CREATE TEMP TABLE IF NOT EXISTS berth_upload (data bytea NOT NULL) ON COMMIT DELETE ROWS"
+                "DO $$ BEGIN IF to_regclass('pg_temp.berth_upload') IS NULL THEN "
+                "CREATE TEMP TABLE berth_upload (data bytea NOT NULL) ON COMMIT DELETE ROWS; "
+                "ALTER TABLE pg_temp.berth_upload ALTER COLUMN data SET STORAGE EXTERNAL; END IF; END $$"
             ),
             "upload": q("COPY pg_temp.berth_upload (data) FROM STDIN (FORMAT BINARY)"),
             "put:upload": q(
@@ -659,7 +663,7 @@ class PostgresBackend(Backend):
                 return row[0], Token(row[1])
             pieces = _Pieces(name, row[1], row[2])
             while (params := pieces.next()) is not None:
-                pieces.feed(self._run("load", name, "get_piece", params, binary=True))
+                pieces.feed(self._run("load", name, "get_piece", params, binary=True, large=True))
             if pieces.whole:
                 return pieces.data, Token(row[1])  # type: ignore[return-value]  # a bytearray: no copy to bytes
 
@@ -963,7 +967,7 @@ class AsyncPostgresBackend(AsyncBackend):
                 return row[0], Token(row[1])
             pieces = _Pieces(name, row[1], row[2])
             while (params := pieces.next()) is not None:
-                pieces.feed(await self._run("load", name, "get_piece", params, binary=True))
+                pieces.feed(await self._run("load", name, "get_piece", params, binary=True, large=True))
             if pieces.whole:
                 return pieces.data, Token(row[1])  # type: ignore[return-value]  # a bytearray: no copy to bytes
 
