@@ -16,6 +16,7 @@ import pytest
 
 import berth
 import berth.aio
+from berth._store import StoreCore
 from berth.backends._aio import ThreadedBackend
 from berth.backends.memory import MemoryBackend
 from berth.testing import FakeClock, make_envelope
@@ -157,19 +158,19 @@ def test_errors_and_messages_are_the_sync_ones() -> None:
 
 def test_large_states_are_sealed_and_opened_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     where: dict[str, list[bool]] = {"build": [], "open": []}
-    store_cls = berth.Store
-    real_build, real_open = store_cls._build, store_cls._opened
+    core_cls = StoreCore
+    real_build, real_open = core_cls.build, core_cls.opened
 
-    def build(self: berth.Store, *args: Any) -> Any:
+    def build(self: StoreCore, *args: Any) -> Any:
         where["build"].append(threading.current_thread() is threading.main_thread())
         return real_build(self, *args)
 
-    def opened(self: berth.Store, *args: Any) -> Any:
+    def opened(self: StoreCore, *args: Any) -> Any:
         where["open"].append(threading.current_thread() is threading.main_thread())
         return real_open(self, *args)
 
-    monkeypatch.setattr(store_cls, "_build", build)
-    monkeypatch.setattr(store_cls, "_opened", opened)
+    monkeypatch.setattr(core_cls, "build", build)
+    monkeypatch.setattr(core_cls, "opened", opened)
     big = {"blob": "x" * (berth.aio.OFF_LOOP_BYTES + 1)}
 
     async def main() -> None:

@@ -598,8 +598,12 @@ class OwnQuestions:
     def __init__(self) -> None:
         self.asked: dict[str, berth.Question] = {}
         self.answers: dict[str, berth.Answer] = {}
+        self.deadlines: dict[str, datetime | None] = {}
 
-    def ask(self, key: str, prompt: str, *, run_id: str, question_id: str) -> berth.Question:
+    def ask(
+        self, key: str, prompt: str, *, run_id: str, question_id: str, deadline: datetime | None = None
+    ) -> berth.Question:
+        self.deadlines[key] = deadline
         self.asked[key] = berth.Question(question_id, key, run_id, prompt, datetime.now(timezone.utc))
         self.answers.pop(key, None)
         return self.asked[key]
@@ -622,9 +626,10 @@ def test_a_question_store_of_the_hosts_own(backends: Callable[[], Flaky], clock:
     own = OwnQuestions()
     store = berth.Store(backends(), identity=IDENTITY, sealer=berth.PlaintextSealer(), clock=clock)
     coordinator = berth.Coordinator(store, own)
-    coordinator.suspend(KEY, make_envelope(), question="")  # empty: the pending call's question is asked
+    parked = coordinator.suspend(KEY, make_envelope(), question="")  # empty: the pending call's question is asked
     asked = own.asked[KEY]
     assert asked.prompt == "Ship it?"
+    assert own.deadlines[KEY] == parked.deadline is not None, "the protocol hands the run's deadline"
     assert coordinator.wake(KEY).decision is REARM
     own.answers[KEY] = berth.Answer(asked.id, "yes", "alice", clock.now)
     wake = coordinator.wake(KEY)

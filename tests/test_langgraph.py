@@ -185,10 +185,10 @@ def test_a_checkpoint_moved_to_another_thread_is_refused(tmp_path: Path) -> None
     stored = _put(saver, "alice", {"approved": True})
     cid = stored["configurable"]["checkpoint_id"]
     # copy alice's sealed frame, byte for byte, to where bob's checkpoint would be
-    source = store._name(f"langgraph/alice/~/c/{cid}")
+    source = store.core.name(f"langgraph/alice/~/c/{cid}")
     frame = store.backend.get(source)
     assert frame is not None
-    store.backend.put(store._name(f"langgraph/bob/~/c/{cid}"), bytes(frame[0]))
+    store.backend.put(store.core.name(f"langgraph/bob/~/c/{cid}"), bytes(frame[0]))
     assert saver.get_tuple(_config("alice")) is not None
     with pytest.raises(berth.IntegrityError):
         saver.get_tuple(_config("bob"))
@@ -202,7 +202,7 @@ def test_a_flipped_byte_is_refused(tmp_path: Path) -> None:
     stored = _put(saver, "t1", {"approved": False})
     saver.put_writes(stored, [("approved", False)], "task-1")
     for key in (f"langgraph/t1/~/c/{stored['configurable']['checkpoint_id']}", None):
-        name = store._name(key) if key else next(iter(store.backend.scan(store._prefix + "langgraph/t1/~/w/")))
+        name = store.core.name(key) if key else next(iter(store.backend.scan(store.core.prefix + "langgraph/t1/~/w/")))
         frame = store.backend.get(name)
         assert frame is not None
         data = bytearray(frame[0])

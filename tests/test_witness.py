@@ -340,7 +340,7 @@ def test_the_coordinator_never_resumes_a_replayed_run(setup: Setup) -> None:
 
 def _steps(store: berth.Store, plan: Any) -> int:
     """How many I/O steps `plan` makes when it runs to its end."""
-    targets = {"frames": store.backend, "witness": store._witness.backend}  # type: ignore[union-attr]
+    targets = {"frames": store.backend, "witness": store.core.witness.backend}  # type: ignore[union-attr]
     n, step = 0, next(plan)
     try:
         while True:
@@ -352,7 +352,7 @@ def _steps(store: berth.Store, plan: Any) -> int:
 
 def _killed_after(store: berth.Store, plan: Any, steps: int) -> None:
     """Run the first `steps` I/O steps of `plan`, then drop it: a SIGKILL at that point."""
-    targets = {"frames": store.backend, "witness": store._witness.backend}  # type: ignore[union-attr]
+    targets = {"frames": store.backend, "witness": store.core.witness.backend}  # type: ignore[union-attr]
     step: Call = next(plan)
     for _ in range(steps):
         try:
@@ -364,15 +364,15 @@ def _killed_after(store: berth.Store, plan: Any, steps: int) -> None:
 def test_the_plans_have_the_steps_the_crash_tests_cut(store: berth.Store) -> None:
     import functools
 
-    assert store._witness is not None
+    assert store.core.witness is not None
     env = make_envelope("r1")
-    build = functools.partial(store._seal, "a", env, store.now())
+    build = functools.partial(store.core.seal, "a", env, store.now())
     # save: read frame, read record, record the candidate, write the frame, record it landed
-    assert _steps(store, store._witness.save(store, "a", build, False, None)) == 5
+    assert _steps(store, store.core.witness.save(store.core, "a", build, False, None)) == 5
     parked = store.load("a")
     assert parked is not None
     # leave: read frame, read record, record the intent, delete, record how it left
-    assert _steps(store, store._witness.leave(store, "a", parked.token, "claimed")) == 5
+    assert _steps(store, store.core.witness.leave(store.core, "a", parked.token, "claimed")) == 5
 
 
 def _local_setup(kind: str, tmp_path: Path, n: int) -> Setup:
@@ -389,15 +389,15 @@ def test_a_save_killed_at_any_step_leaves_a_readable_run_and_no_replay(kind: str
     for cut in range(6):
         setup = _local_setup(kind, tmp_path, cut)
         with setup.store() as store:
-            setup.frames, setup.witness = store.backend, store._witness.backend  # type: ignore[union-attr]
+            setup.frames, setup.witness = store.backend, store.core.witness.backend  # type: ignore[union-attr]
             _park(store, "a", "r1")
             _park(store, "a", "r2")
             older = setup.frame("a")
-            assert store._witness is not None
+            assert store.core.witness is not None
             env = make_envelope("r3")
             assert env.created_at is None
-            build = functools.partial(store._seal, "a", env, store.now())
-            _killed_after(store, store._witness.save(store, "a", build, False, None), cut)
+            build = functools.partial(store.core.seal, "a", env, store.now())
+            _killed_after(store, store.core.witness.save(store.core, "a", build, False, None), cut)
             with setup.store() as fresh:  # the next host
                 parked = fresh.load("a")
                 assert parked is not None and parked.envelope.run_id in ("r2", "r3"), cut
@@ -417,8 +417,8 @@ def test_a_claim_killed_at_any_step_never_resumes_twice(kind: str, tmp_path: Pat
             _park(store, "a", "r1")
             latest = setup.frame("a")
             parked = store.load("a")
-            assert parked is not None and store._witness is not None
-            _killed_after(store, store._witness.leave(store, "a", parked.token, "claimed"), cut)
+            assert parked is not None and store.core.witness is not None
+            _killed_after(store, store.core.witness.leave(store.core, "a", parked.token, "claimed"), cut)
             with setup.store() as fresh:
                 now = fresh.load("a")
                 gone = setup.frame("a") is None

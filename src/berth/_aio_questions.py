@@ -151,11 +151,11 @@ class Coordinator:
     ):
         """Build a coordinator (arguments as `berth.Coordinator`'s; `questions` awaitable, such as
         `berth.aio.open_questions(...)`)."""
-        # The sync coordinator holds the checks and the plans; it sees the sync twins (for the
-        # identity, the clock and what the question store takes) and never calls them.
+        # The sync coordinator holds the checks and the plans; it sees the store's sync twin (for
+        # the identity and the clock) and calls neither store: the plans' calls are awaited here.
         self._core = SyncCoordinator(
             store.sync,
-            getattr(questions, "sync", questions),
+            questions,
             default_deadline=default_deadline,
             validate=validate,
             clock=clock,
@@ -180,8 +180,8 @@ class Coordinator:
 
     async def suspend(self, key: str, envelope: Envelope, question: str | None = None) -> Envelope:
         """Park `envelope` under `key`, then ask a human `question` about it, as `berth.Coordinator.suspend`."""
-        return await arun(self._core._suspend(key, envelope, question), self._targets)
+        return await arun(self._core.suspend_plan(key, envelope, question), self._targets)
 
     async def wake(self, key: str) -> Wake:
         """Decide FRESH, REARM or RESUME for the run parked under `key`, as `berth.Coordinator.wake`."""
-        return await arun(self._core._wake(key), self._targets)
+        return await arun(self._core.wake_plan(key), self._targets)

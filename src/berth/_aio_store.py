@@ -23,7 +23,7 @@ from berth._envelope import Envelope
 from berth._errors import TokenMismatch
 from berth._plan import Plan, arun
 from berth._sealer import Sealer
-from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Parked, ResealReport, Store, _listing, _reraise
+from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Parked, ResealReport, Store
 from berth._token import Token
 from berth._witness import AuditReport
 from berth.backends._aio import AsyncBackend, sync_twin
@@ -62,7 +62,7 @@ class AsyncStore:
 
         The backend's sync twin (`backend.sync`, which every built-in one has) backs `.sync`.
         """
-        self._core = Store(
+        self._sync = Store(
             sync_twin(backend),
             identity=identity,
             sealer=sealer,
@@ -71,15 +71,17 @@ class AsyncStore:
             clock=clock,
             witness=None if witness is None else sync_twin(witness),
         )
+        self._core = self._sync.core
         self.backend = backend
         self._targets = {"store": self}
         self._witness_backend = witness
 
     @classmethod
-    def _over(cls, core: Store, backend: AsyncBackend) -> AsyncStore:
-        """An AsyncStore whose non-I/O side is `core` as it is (the question store's frame namespace)."""
+    def _over(cls, sync: Store, backend: AsyncBackend) -> AsyncStore:
+        """The awaited face of `sync` (its core as it is) over `backend` (the question store's frames)."""
         self = cls.__new__(cls)
-        self._core = core
+        self._sync = sync
+        self._core = sync.core
         self.backend = backend
         self._targets = {"store": self}
         self._witness_backend = None
@@ -103,11 +105,11 @@ class AsyncStore:
     @property
     def sync(self) -> Store:
         """The sync `Store` over the same backend and sealer (for code that is not async)."""
-        return self._core
+        return self._sync
 
     def now(self) -> datetime:
         """The store's clock."""
-        return self._core.now()
+        return self._core.clock()
 
     def __repr__(self) -> str:
         return f"AsyncStore({self.backend!r}, identity={self.identity!r}, sealer={self.sealer!r})"
@@ -129,14 +131,14 @@ class AsyncStore:
         try:
             return await arun(plan, {"frames": self.backend, "witness": self._witness_backend})
         except Exception as exc:
-            _reraise(exc, self.identity, key, what)
+            self._core.reraise(exc, key, what)
 
     async def setup(self) -> None:
         """Create or migrate the backend's schema (idempotent), as `Store.setup`."""
         try:
             await self.backend.setup()
         except Exception as exc:
-            _reraise(exc, self.identity, "*", "setup")
+            self._core.reraise(exc, "*", "setup")
 
     async def _cpu(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         if size < OFF_LOOP_BYTES:
@@ -150,45 +152,45 @@ class AsyncStore:
     ) -> Token:
         """Seal and park `envelope` under `key`, as `Store.save` (same conditions, errors, token)."""
         core = self._core
-        name = core._name(key)
-        core._check_condition(key, if_absent, if_match)
-        if core._witness is not None:
-            build = core._witness_build(key, envelope)
-            return await self._witnessed(key, "save", core._witness.save(core, key, build, if_absent, if_match))
+        name = core.name(key)
+        core.check_condition(key, if_absent, if_match)
+        if core.witness is not None:
+            build = core.witness_build(key, envelope)
+            return await self._witnessed(key, "save", core.witness.save(core, key, build, if_absent, if_match))
         state = getattr(envelope, "provider_state", b"")
-        frame = await self._cpu(len(state) if isinstance(state, bytes) else 0, core._build, key, envelope)
+        frame = await self._cpu(len(state) if isinstance(state, bytes) else 0, core.build, key, envelope)
         try:
             return await self.backend.put(name, frame, if_match=if_match, if_absent=if_absent)
         except Exception as exc:
-            _reraise(exc, self.identity, key, "save")
+            self._core.reraise(exc, key, "save")
 
     async def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
         """Open the envelope parked under `key`, as `Store.load`."""
         core = self._core
-        if core._witness is not None:
-            return await self._witnessed(key, "load", core._witness.load(core, key, allow_expired))
-        name = core._name(key)
+        if core.witness is not None:
+            return await self._witnessed(key, "load", core.witness.load(core, key, allow_expired))
+        name = core.name(key)
         try:
             found = await self.backend.get(name)
         except Exception as exc:
-            _reraise(exc, self.identity, key, "load")
+            self._core.reraise(exc, key, "load")
         size = 0 if found is None else len(found[0])
-        return await self._cpu(size, core._opened, key, found, allow_expired)
+        return await self._cpu(size, core.opened, key, found, allow_expired)
 
     async def load_many(self, keys: Sequence[str], *, allow_expired: bool = False) -> list[Parked | None]:
         """`load` of several keys in one round trip where the backend can, as `Store.load_many`."""
         core = self._core
-        keys, names = core._names(keys)
+        keys, names = core.names(keys)
         if not names:
             return []
-        if core._witness is not None:
+        if core.witness is not None:
             return [await self.load(key, allow_expired=allow_expired) for key in keys]
         try:
             found = await self.backend.get_many(names)
         except Exception as exc:
-            _reraise(exc, self.identity, core._many(keys), "load")
+            self._core.reraise(exc, core.many(keys), "load")
         size = sum(len(f[0]) for f in found if f is not None)
-        return await self._cpu(size, core._opened_many, keys, found, allow_expired)
+        return await self._cpu(size, core.opened_many, keys, found, allow_expired)
 
     async def delete(self, key: str, token: Token) -> None:
         """Remove the envelope under `key` only if `token` is current, as `Store.delete`."""
@@ -196,34 +198,32 @@ class AsyncStore:
 
     async def _remove(self, key: str, token: Token, how: str) -> None:
         core = self._core
-        if core._witness is not None:
-            await self._witnessed(key, how, core._witness.leave(core, key, token, how))
+        if core.witness is not None:
+            await self._witnessed(key, how, core.witness.leave(core, key, token, how))
             return
-        name = core._delete_name(key, token)
+        name = core.delete_name(key, token)
         try:
             await self.backend.delete(name, token)
         except Exception as exc:
-            _reraise(exc, self.identity, key, "delete")
+            self._core.reraise(exc, key, "delete")
 
     async def claim(self, key: str) -> Envelope | None:
         """Load and delete for exactly one caller, as `Store.claim`."""
-        return await arun(self._core._claim_plan(key), self._targets)
+        return await arun(self._core.claim_plan(key), self._targets)
 
     def list(self, prefix: str = "", *, limit: int | None = None, reverse: bool = False) -> AsyncIterator[Listing]:
         """`async for` what is parked under `prefix` in key order, as `Store.list`.
 
         Bad arguments raise here, before any I/O; the listing itself runs as you iterate.
         """
-        self._core._check_list(prefix, limit)
+        self._core.check_list(prefix, limit)
         return self._listings(prefix, limit, reverse)
 
     async def _listings(self, prefix: str, limit: int | None, reverse: bool) -> AsyncIterator[Listing]:
-        rows = self.backend.sorted_heads(
-            self._core._prefix + prefix, self._core._head_read, limit=limit, reverse=reverse
-        )
+        rows = self.backend.sorted_heads(self._core.prefix + prefix, self._core.head_read, limit=limit, reverse=reverse)
         async for key, header, token, size in self._peeked(rows, prefix, "list"):
             if header is not None:
-                yield _listing(key, header, token, size)
+                yield self._core.listing(key, header, token, size)
 
     async def _peeked(self, rows: AsyncIterator[Any], prefix: str, what: str) -> AsyncIterator[Any]:
         core = self._core
@@ -235,37 +235,37 @@ class AsyncStore:
                     # A backend hands over a page of rows at once: without this, a page of 1,000
                     # headers parsed back to back held the loop for ~10 ms.
                     await asyncio.sleep(0)
-                if core._needs_full(head):
+                if core.needs_full(head):
                     # A header longer than the first read: read just the header, never the frame.
-                    found = await self.backend.head(name, core._header_size(head))
+                    found = await self.backend.head(name, core.header_size(head))
                     if found is None:
                         continue
                     head, token = found
-                yield core._peeked(name, head, token, size)
+                yield core.peeked(name, head, token, size)
         except Exception as exc:
-            _reraise(exc, self.identity, prefix or "*", what)
+            self._core.reraise(exc, prefix or "*", what)
 
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every envelope under `prefix`, each conditionally, as `Store.delete_prefix`."""
         core = self._core
-        core._check_prefix(prefix)
+        core.check_prefix(prefix)
         removed = 0
         batch: list[tuple[str, Token]] = []
         try:
             async for key, _header, token, _ in self._peeked(
-                self.backend.heads(core._prefix + prefix, core._head_read), prefix, "delete_prefix"
+                self.backend.heads(core.prefix + prefix, core.head_read), prefix, "delete_prefix"
             ):
-                if core._witness is not None:  # one witnessed delete each, as Store.delete_prefix
+                if core.witness is not None:  # one witnessed delete each, as Store.delete_prefix
                     removed += await self._removed(key, token, "deleted")
                     continue
-                batch.append((core._prefix + key, token))
+                batch.append((core.prefix + key, token))
                 if len(batch) >= _DELETE_BATCH:
                     removed += sum(await self.backend.delete_many(batch))
                     batch = []
             if batch:
                 removed += sum(await self.backend.delete_many(batch))
         except Exception as exc:
-            _reraise(exc, self.identity, prefix or "*", "delete_prefix")
+            self._core.reraise(exc, prefix or "*", "delete_prefix")
         return removed
 
     async def sweep(self, now: datetime | None = None, *, on_removed: Callable[[Listing], None] | None = None) -> int:
@@ -275,26 +275,26 @@ class AsyncStore:
         arrives, and `on_removed` is called with its listing right after the delete.
         """
         core = self._core
-        now = core._sweep_now(now)
+        now = core.sweep_now(now)
         removed = 0
         async for key, header, token, size in self._peeked(
-            self.backend.heads(core._prefix, core._head_read), "", "sweep"
+            self.backend.heads(core.prefix, core.head_read), "", "sweep"
         ):
-            if not core._is_expired(header, now):
+            if not core.is_expired(header, now):
                 continue
-            if core._witness is not None:
+            if core.witness is not None:
                 if not await self._removed(key, token, "swept"):
                     continue
             else:
                 try:
-                    await self.backend.delete(core._prefix + key, token)
+                    await self.backend.delete(core.prefix + key, token)
                 except TokenMismatch:
                     continue
                 except Exception as exc:
-                    _reraise(exc, self.identity, "*", "sweep")
+                    self._core.reraise(exc, "*", "sweep")
             removed += 1
             if on_removed is not None:
-                on_removed(_listing(key, header, token, size))
+                on_removed(self._core.listing(key, header, token, size))
         return removed
 
     async def _removed(self, key: str, token: Token, how: str) -> bool:
@@ -306,13 +306,13 @@ class AsyncStore:
 
     async def audit(self) -> AuditReport:
         """Compare every frame with the witness's record of its key, as `Store.audit` (in a worker thread)."""
-        return await asyncio.to_thread(self._core.audit)
+        return await asyncio.to_thread(self._sync.audit)
 
     async def reseal(self) -> ResealReport:
         """Re-seal every envelope not sealed by the sealer's current key, as `Store.reseal`."""
         core = self._core
-        tally = core._reseal_tally()
-        async for key, header, _, _ in self._peeked(self.backend.heads(core._prefix, core._head_read), "", "reseal"):
+        tally = core.reseal_tally()
+        async for key, header, _, _ in self._peeked(self.backend.heads(core.prefix, core.head_read), "", "reseal"):
             if not tally.wants(key, header):
                 continue
             tally.record(key, await self._reseal_one(key))
@@ -320,26 +320,26 @@ class AsyncStore:
 
     async def _reseal_one(self, key: str) -> BaseException | bool:
         core = self._core
-        name = core._name(key)
+        name = core.name(key)
         try:
             try:
                 found = await self.backend.get(name)
             except Exception as exc:
-                _reraise(exc, self.identity, key, "reseal")
+                self._core.reraise(exc, key, "reseal")
             if found is None:
                 return False
             data, token = found
-            if core._witness is not None:
-                env = core._open(key, data)
+            if core.witness is not None:
+                env = core.open(key, data)
                 assert env.created_at is not None
-                build = functools.partial(core._seal, key, env, env.created_at)
-                await self._witnessed(key, "reseal", core._witness.save(core, key, build, False, token, strict=True))
+                build = functools.partial(core.seal, key, env, env.created_at)
+                await self._witnessed(key, "reseal", core.witness.save(core, key, build, False, token, strict=True))
                 return True
-            frame = await self._cpu(len(data), core._resealed, key, data)
+            frame = await self._cpu(len(data), core.resealed, key, data)
             try:
                 await self.backend.put(name, frame, if_match=token)
             except Exception as exc:
-                _reraise(exc, self.identity, key, "reseal")
+                self._core.reraise(exc, key, "reseal")
         except Exception as exc:
             return exc
         return True

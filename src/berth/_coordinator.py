@@ -17,14 +17,14 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from berth._envelope import ENVELOPE_VERSION, Envelope
 from berth._errors import BackendError, BerthError, ConfigDrift, Expired, InvalidEnvelope, TokenMismatch, where
 from berth._keys import validate_key
 from berth._plan import Plan, call, run
-from berth._questions import Answer, Question, QuestionStore
+from berth._questions import Answer, Question
 from berth._store import Store
 from berth._token import Token
 
@@ -94,8 +94,13 @@ class Wake(_WakeFields):
 class QuestionsLike(Protocol):
     """What the coordinator needs of a question store (`berth.QuestionStore` is one)."""
 
-    def ask(self, key: str, prompt: str, *, run_id: str, question_id: str) -> Question:
-        """Ask a human `prompt` about the run under `key`, under exactly `question_id`."""
+    def ask(
+        self, key: str, prompt: str, *, run_id: str, question_id: str, deadline: datetime | None = None
+    ) -> Question:
+        """Ask a human `prompt` about the run under `key`, under exactly `question_id`.
+
+        `deadline` is the run's: a question store may retire the question after it.
+        """
         ...
 
     def pending(self, key: str) -> Question | None:
@@ -109,10 +114,6 @@ class QuestionsLike(Protocol):
     def consume(self, key: str, question_id: str) -> bool:
         """Remove question `question_id` under `key` if it is still pending."""
         ...
-
-
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 class Coordinator:
@@ -149,8 +150,7 @@ class Coordinator:
         self.questions = questions
         self.default_deadline = default_deadline
         self.validate = validate
-        store_clock = getattr(store, "now", None)
-        self._clock: Callable[[], datetime] = clock or store_clock or _utcnow
+        self._clock: Callable[[], datetime] = clock or store.now
         self._targets = {"store": store, "questions": questions}
 
     def __repr__(self) -> str:
@@ -188,9 +188,9 @@ class Coordinator:
             BerthError: the save succeeded but asking failed: the run stays parked and wakes
                 rearm until its deadline; suspending it again re-parks and asks again.
         """
-        return run(self._suspend(key, envelope, question), self._targets)
+        return run(self.suspend_plan(key, envelope, question), self._targets)
 
-    def _suspend(self, key: str, envelope: Envelope, question: str | None) -> Plan[Envelope]:
+    def suspend_plan(self, key: str, envelope: Envelope, question: str | None) -> Plan[Envelope]:
         """Suspend as a plan of store and question-store calls (run here, awaited by `berth.aio.Coordinator`)."""
         key = validate_key(key, self.identity)
         if self.default_deadline < timedelta(0):
@@ -213,12 +213,18 @@ class Coordinator:
             labels=labels,
         )
         prompt = question or _prompt_for(envelope)
-        # berth's own question store keeps the run's deadline, so `QuestionStore.sweep` can retire
-        # the question with its run; a question store of the host's own gets the protocol's four.
-        extra: dict[str, Any] = {"deadline": envelope.deadline} if self._takes_deadline() else {}
         yield call("store", "save", key, envelope)
         try:
-            yield call("questions", "ask", key, prompt, run_id=envelope.run_id, question_id=question_id, **extra)
+            # The run's deadline goes with the question, so a question store can retire it with its run.
+            yield call(
+                "questions",
+                "ask",
+                key,
+                prompt,
+                run_id=envelope.run_id,
+                question_id=question_id,
+                deadline=envelope.deadline,
+            )
         except Exception as exc:
             log.warning(
                 "berth: run %r parked at %s but asking failed (%s): wakes rearm until its deadline",
@@ -228,9 +234,6 @@ class Coordinator:
             )
             raise
         return envelope
-
-    def _takes_deadline(self) -> bool:
-        return isinstance(self.questions, QuestionStore)
 
     def _check(self, key: str, envelope: Envelope) -> None:
         def refuse(why: str) -> InvalidEnvelope:
@@ -276,9 +279,9 @@ class Coordinator:
         Raises:
             InvalidKey: the key breaks the key rules (before any I/O).
         """
-        return run(self._wake(key), self._targets)
+        return run(self.wake_plan(key), self._targets)
 
-    def _wake(self, key: str) -> Plan[Wake]:
+    def wake_plan(self, key: str) -> Plan[Wake]:
         """Wake as a plan of store and question-store calls (run here, awaited by `berth.aio.Coordinator`)."""
         key = validate_key(key, self.identity)
         try:

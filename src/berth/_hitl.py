@@ -160,7 +160,10 @@ class CallQuestions:
     def _run(self, plan: Plan[T]) -> T:
         return run(plan, {"questions": self.questions})
 
-    def ask(self, key: str, prompt: str, *, run_id: str, question_id: str) -> Question:
+    def ask(
+        self, key: str, prompt: str, *, run_id: str, question_id: str, deadline: datetime | None = None
+    ) -> Question:
+        # The deadline this view was made with is the run's: the coordinator's is the same one.
         return self._run(self._ask(key, prompt, run_id, question_id))
 
     def pending(self, key: str) -> Question | None:
@@ -176,15 +179,12 @@ class CallQuestions:
 class AsyncCallQuestions(CallQuestions):
     """`CallQuestions` awaited, over a `berth.aio.AsyncQuestionStore`, for `berth.aio.Coordinator`."""
 
-    @property
-    def sync(self) -> CallQuestions:
-        """The same view over the sync twin (what the coordinator's core inspects, never calls)."""
-        return CallQuestions(self.questions.sync, self.calls, self.deadline)
-
     async def _arun(self, plan: Plan[T]) -> T:
         return await arun(plan, {"questions": self.questions})
 
-    async def ask(self, key: str, prompt: str, *, run_id: str, question_id: str) -> Question:  # type: ignore[override]
+    async def ask(  # type: ignore[override]
+        self, key: str, prompt: str, *, run_id: str, question_id: str, deadline: datetime | None = None
+    ) -> Question:
         return await self._arun(self._ask(key, prompt, run_id, question_id))
 
     async def pending(self, key: str) -> Question | None:  # type: ignore[override]

@@ -23,7 +23,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -34,6 +34,7 @@ from berth._keys import validate_identity, validate_key
 from berth._plan import Plan, call, run
 from berth._sealer import Sealer
 from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Store
+from berth._time import utcnow
 from berth._token import Token
 from berth.backends import Backend, open_backend
 
@@ -41,8 +42,8 @@ __all__ = ["Answer", "AnswerRefused", "Question", "QuestionStore", "open_questio
 
 log = logging.getLogger("berth")
 
-NAMESPACE = ":questions"
-"""Appended to the identity to name the question namespace (`pr-bot:questions/org/repo#42`)."""
+NAMESPACE = "questions"
+"""The question store's namespace: its frames are the identity `pr-bot:questions` (`pr-bot:questions/org/repo#42`)."""
 
 _RECORD_VERSION = 1
 _RECORD_PROVIDER = "berth.questions"
@@ -137,20 +138,6 @@ class _Record:
     token: Token
 
 
-class _Frames(Store):
-    """A Store over the question namespace: the envelope machinery, another frame identity."""
-
-    def __init__(self, backend: Backend, *, identity: str, sealer: Sealer | None, **kw: Any):
-        super().__init__(backend, identity=identity, sealer=sealer, **kw)
-        self.owner = identity
-        self.identity = identity + NAMESPACE
-        self._prefix = self.identity + "/"
-
-
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def _text(value: object, what: str) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, got {type(value).__name__}")
@@ -177,15 +164,16 @@ class QuestionStore:
         clock: Callable[[], datetime] | None = None,
     ):
         self.identity = validate_identity(identity)
-        self._frames = _Frames(
+        self._frames = Store(
             backend,
             identity=identity,
             sealer=sealer,
             accept_plaintext=accept_plaintext,
             max_envelope_bytes=max_record_bytes,
             clock=clock,
+            namespace=NAMESPACE,
         )
-        self._clock = clock or _utcnow
+        self._clock = clock or utcnow
         self._targets = {"frames": self._frames}
 
     def __repr__(self) -> str:

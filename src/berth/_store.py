@@ -44,6 +44,7 @@ from berth._plaintext import PlaintextSealer
 from berth._plan import Plan, call, run
 from berth._redact import redact_url
 from berth._sealer import PartsSealer, Sealer, as_parts, check_sealer
+from berth._time import utcnow
 from berth._token import Token
 from berth._witness import MAX_SEQ, AuditReport, Witness
 from berth.backends import Backend, Data, Head, as_backend, open_backend
@@ -151,10 +152,6 @@ def _why(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def _warn_plaintext(where_: str) -> None:
     global _warned_plaintext
     with _warn_lock:
@@ -220,107 +217,66 @@ class _BackendCall:
             raise err from exc
 
 
-class Store:
-    """Parks sealed envelopes under keys of one identity, in one backend.
+class StoreCore:
+    """Every decision a store makes that is not I/O, shared by `Store` and `berth.aio.AsyncStore`.
 
-    Safe to share between threads. Open one with `berth.open_store(url, ...)`,
-    or wrap a backend of your own: `Store(backend, identity="pr-bot", sealer=...)`.
+    Key and identity rules, save conditions, the plaintext policy, frames built and opened
+    through the codec and the sealer, deadlines, headers read for a listing, and the
+    messages of every error. A store holds one (`store.core`) and does the I/O around it;
+    the multi-step protocols (claim, the witness's) are plans over it.
     """
+
+    head_read = _HEAD_READ
+    """Bytes read per frame when listing; a longer header is read again, alone."""
+    delete_batch = _DELETE_BATCH
+    """Frames per `delete_many` call of `delete_prefix`."""
 
     def __init__(
         self,
-        backend: Backend,
         *,
         identity: str,
-        sealer: Sealer | None = None,
+        sealer: Sealer,
         accept_plaintext: bool = False,
         max_envelope_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
         clock: Callable[[], datetime] | None = None,
-        witness: Backend | None = None,
+        namespace: str | None = None,
     ):
-        self.identity = validate_identity(identity)
-        if sealer is None:
-            _warn_plaintext(f"for identity {identity!r}")
-            sealer = PlaintextSealer()
+        owner = validate_identity(identity)
         check_sealer(sealer, "sealer")
+        if not isinstance(max_envelope_bytes, int) or max_envelope_bytes <= 0:
+            raise ValueError("max_envelope_bytes must be a positive int")
+        # A namespace (`questions`) is another frame identity: `pr-bot:questions`. No identity holds
+        # ':', so no envelope's name or frame can ever be one of the namespace's.
+        self.identity = owner if namespace is None else f"{owner}:{namespace}"
+        self.prefix = self.identity + "/"
         # Fixed at open, like the plaintext policy below: a guarantee that could be switched off
         # after the fact (`store.accept_plaintext = True`) would be no guarantee.
-        self._sealer = sealer
+        self.sealer = sealer
+        self.accept_plaintext = bool(accept_plaintext)
+        self.max_envelope_bytes = max_envelope_bytes
+        self.clock = clock or utcnow
         self._plaintext = isinstance(sealer, PlaintextSealer)
         self._parts = as_parts(sealer)  # the declared fast path (adapted once for a sealer without it)
         self._plaintext_parts: PartsSealer = self._parts if self._plaintext else PlaintextSealer()
-        self._accept_plaintext = bool(accept_plaintext)
-        self.backend = as_backend(backend)
-        if not isinstance(max_envelope_bytes, int) or max_envelope_bytes <= 0:
-            raise ValueError("max_envelope_bytes must be a positive int")
-        self.max_envelope_bytes = max_envelope_bytes
-        self._clock = clock or _utcnow
-        self._prefix = identity + "/"
-        # The witness hooks (berth._witness): None keeps every call exactly as without one.
-        self._witness = None if witness is None else Witness(as_backend(witness), identity=identity, sealer=sealer)
+        self.witness: Witness | None = None
+        """The witness hooks (berth._witness): None keeps every call exactly as without one."""
 
-    @property
-    def sealer(self) -> Sealer:
-        """What seals new frames and opens parked ones; fixed at open (read-only)."""
-        return self._sealer
+    def reraise(self, exc: Exception, key: str, what: str) -> NoReturn:
+        """Raise what a failure of `what` at `key` becomes: a berth error naming this identity and `key`."""
+        _reraise(exc, self.identity, key, what)
 
-    @property
-    def accept_plaintext(self) -> bool:
-        """Whether this sealed store reads legacy plaintext frames (to `reseal` them); fixed at open."""
-        return self._accept_plaintext
+    @staticmethod
+    def listing(key: str, header: Header | Unreadable, token: Token, size: int) -> Listing:
+        """The `Listing` of one frame, from its header (or why it cannot be read)."""
+        return _listing(key, header, token, size)
 
-    def __repr__(self) -> str:
-        return f"Store({type(self.backend).__name__}, identity={self.identity!r}, sealer={self.sealer!r})"
+    def name(self, key: str) -> str:
+        return self.prefix + validate_key(key, self.identity)
 
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Release the backend's connections (and the witness's)."""
-        self.backend.close()
-        if self._witness is not None:
-            self._witness.backend.close()
-
-    def setup(self) -> None:
-        """Create or migrate the backend's schema (idempotent); backends that need none do nothing.
-
-        Backends with a schema (PostgreSQL) also run it lazily on first use; call it at deploy
-        time to fail early, or with a role that may create tables.
-
-        Raises:
-            BackendError: the migration failed.
-        """
-        with self._backend_call("*", "setup"):
-            self.backend.setup()
-
-    def now(self) -> datetime:
-        """The store's clock (injectable for tests)."""
-        return self._clock()
-
-    def check_key(self, key: str) -> str:
-        """Return `key` if this store accepts it (the key rules of docs/contract.md); no I/O.
-
-        Raises:
-            InvalidKey: the key breaks a rule; the message names the rule.
-        """
-        return validate_key(key, self.identity)
-
-    # --- helpers -----------------------------------------------------------------------
-
-    def _name(self, key: str) -> str:
-        return self._prefix + validate_key(key, self.identity)
-
-    def _backend_call(self, key: str, what: str) -> _BackendCall:
-        """A `with` block whose errors come out as berth errors naming this store's identity and `key`."""
-        return _BackendCall(self.identity, key, what)
-
-    def _sealer_for(self, header: Header, key: str) -> PartsSealer:
+    def sealer_for(self, header: Header, key: str) -> PartsSealer:
         """The sealer that opens a frame with `header`: the plaintext policy (no silent downgrade)."""
         if header.sealer == PlaintextSealer.name:
-            if self._plaintext or self._accept_plaintext:
+            if self._plaintext or self.accept_plaintext:
                 return self._plaintext_parts
             raise IntegrityError(
                 f"plaintext frame at {where(self.identity, key)} refused by a sealed store (no silent downgrade); "
@@ -344,17 +300,15 @@ class Store:
             key=key,
         )
 
-    def _open(self, key: str, data: bytes | memoryview) -> Envelope:
+    def open(self, key: str, data: bytes | memoryview) -> Envelope:
         """Authenticate and open a frame to its envelope, through the codec and the sealer it names."""
-        return open_frame(
-            data, identity=self.identity, key=key, sealer_for=lambda header: self._sealer_for(header, key)
-        )
+        return open_frame(data, identity=self.identity, key=key, sealer_for=lambda header: self.sealer_for(header, key))
 
-    def _build(self, key: str, env: Envelope) -> bytes:
-        self._check_envelope(key, env)
-        return self._seal(key, env, env.created_at or self._clock())
+    def build(self, key: str, env: Envelope) -> bytes:
+        self.check_envelope(key, env)
+        return self.seal(key, env, env.created_at or self.clock())
 
-    def _check_envelope(self, key: str, env: Envelope) -> None:
+    def check_envelope(self, key: str, env: Envelope) -> None:
         if not isinstance(env, Envelope):
             raise InvalidEnvelope(
                 f"save at {where(self.identity, key)} needs a berth.Envelope, got {type(env).__name__}",
@@ -369,15 +323,15 @@ class Store:
                 key=key,
             )
 
-    def _witness_build(self, key: str, env: Envelope) -> Callable[[int], bytes]:
+    def witness_build(self, key: str, env: Envelope) -> Callable[[int], bytes]:
         """What a witnessed save seals once it has its sequence number; every check made now, before any I/O."""
-        self._check_envelope(key, env)
-        created_at = env.created_at or self._clock()
+        self.check_envelope(key, env)
+        created_at = env.created_at or self.clock()
         limits = {"sealer": self._parts, "max_bytes": self.max_envelope_bytes}
         frame_head(env, identity=self.identity, key=key, created_at=created_at, seq=MAX_SEQ, **limits)  # type: ignore[arg-type]
-        return functools.partial(self._seal, key, env, created_at)
+        return functools.partial(self.seal, key, env, created_at)
 
-    def _seal(self, key: str, env: Envelope, created_at: datetime, seq: int | None = None) -> bytes:
+    def seal(self, key: str, env: Envelope, created_at: datetime, seq: int | None = None) -> bytes:
         try:
             return seal_frame(
                 env,
@@ -392,6 +346,281 @@ class Store:
             raise
         except Exception as exc:
             _reraise(exc, self.identity, key, "seal")
+
+    def check_condition(self, key: str, if_absent: bool, if_match: Token | None) -> None:
+        """Refuse, before any I/O, a save condition that can never hold."""
+        if if_match is None:
+            return
+        if not isinstance(if_match, Token) or if_match.is_zero:
+            raise TokenMismatch(
+                f"save at {where(self.identity, key)} with if_match the zero token (or not a token): "
+                "load first to get a token",
+                identity=self.identity,
+                key=key,
+            )
+        if if_absent:
+            raise TokenMismatch(
+                f"save at {where(self.identity, key)} cannot be both if_absent and if_match: nothing is both",
+                identity=self.identity,
+                key=key,
+            )
+
+    def names(self, keys: Sequence[str]) -> tuple[list[str], list[str]]:
+        """The keys as a list and their backend names, every key checked before any I/O."""
+        if isinstance(keys, str):
+            raise InvalidKey(f"load_many takes a sequence of keys, not one key {keys!r}", identity=self.identity)
+        keys = list(keys)
+        return keys, [self.name(key) for key in keys]
+
+    @staticmethod
+    def many(keys: Sequence[str]) -> str:
+        return keys[0] if len(keys) == 1 else f"{keys[0]} (+{len(keys) - 1} more)"
+
+    def opened_many(
+        self, keys: Sequence[str], found: Sequence[tuple[Data, Token] | None], allow_expired: bool
+    ) -> list[Parked | None]:
+        return [self.opened(key, one, allow_expired) for key, one in zip(keys, found, strict=True)]
+
+    def opened(self, key: str, found: tuple[Data, Token] | None, allow_expired: bool) -> Parked | None:
+        """What `load` returns for what the backend found under `key`: the envelope opened, or Expired."""
+        if found is None:
+            return None
+        data, token = found
+        del found
+        env = self.open(key, data)
+        del data  # the sealed frame is not needed any more
+        parked = Parked(env, token)
+        if not allow_expired and env.deadline is not None:
+            self.check_deadline(key, parked)
+        return parked
+
+    def check_deadline(self, key: str, parked: Parked) -> None:
+        """Raise `Expired` (with the token, so a claim can remove it) if `parked` is past its deadline."""
+        env = parked.envelope
+        if env.deadline is not None and self.clock() > env.deadline:
+            raise Expired(
+                f"envelope at {where(self.identity, key)} passed its deadline "
+                f"{env.deadline.isoformat()}: never resumed",
+                identity=self.identity,
+                key=key,
+                deadline=env.deadline,
+                token=parked.token,
+            )
+
+    def delete_name(self, key: str, token: Token) -> str:
+        """The backend name to delete `key` at, once the key and the token are checked (before any I/O)."""
+        name = self.name(key)
+        if not isinstance(token, Token) or token.is_zero:
+            raise TokenMismatch(
+                f"delete at {where(self.identity, key)} with the zero token: load first to get a token",
+                identity=self.identity,
+                key=key,
+            )
+        return name
+
+    def claim_plan(self, key: str) -> Plan[Envelope | None]:
+        """Claim as a plan of store calls, run by `claim` here and awaited by `berth.aio.AsyncStore.claim`."""
+        try:
+            parked = yield call("store", "load", key)
+        except Expired as exc:
+            assert exc.token is not None
+            try:
+                yield call("store", "_remove", key, exc.token, "expired")
+            except TokenMismatch:
+                pass
+            raise
+        if parked is None:
+            return None
+        try:
+            yield call("store", "_remove", key, parked.token, "claimed")
+        except TokenMismatch:
+            return None
+        deadline = parked.envelope.deadline
+        if deadline is not None and self.clock() > deadline:
+            # The deadline passed between the check and the commit: removed, never handed out.
+            raise Expired(
+                f"envelope at {where(self.identity, key)} passed its deadline {deadline.isoformat()} "
+                "while it was being claimed: removed, never resumed",
+                identity=self.identity,
+                key=key,
+                deadline=deadline,
+                token=parked.token,
+            )
+        envelope: Envelope = parked.envelope
+        return envelope
+
+    @staticmethod
+    def header_size(head: Data) -> int:
+        need = header_size(head)
+        assert need is not None
+        return need
+
+    @staticmethod
+    def needs_full(head: object) -> TypeGuard[Data]:
+        """Whether `head` (a frame's first bytes) is cut short of the frame's whole header."""
+        if not isinstance(head, (bytes, memoryview)):
+            return False
+        need = header_size(head)
+        # A length past any header berth writes is not read at all: peek_header refuses it.
+        return need is not None and len(head) < need <= PREFIX_SIZE + MAX_HEADER
+
+    def peeked(
+        self, name: str, head: Data | BerthError, token: Token, size: int
+    ) -> tuple[str, Header | Unreadable, Token, int]:
+        """(key, header or `Unreadable` saying why, token, size) of the frame named `name`.
+
+        `head` may be the error a backend met reading this one entry.
+        """
+        key = name[len(self.prefix) :]
+        if isinstance(head, BerthError):  # the backend could not read this entry
+            return key, Unreadable(_why(head)), token, size
+        try:
+            header, _ = peek_header(head, self.identity, key)
+            if header.identity != self.identity or header.key != key:
+                raise IntegrityError(
+                    f"frame at {where(self.identity, key)} was written for identity {header.identity!r}, "
+                    f"key {header.key!r}: moved or swapped",
+                    identity=self.identity,
+                    key=key,
+                )
+        except (FormatError, IntegrityError) as exc:
+            log.warning("berth: unreadable frame: %s", exc)
+            return key, Unreadable(_why(exc)), token, size
+        except (TypeError, ValueError) as exc:  # a value of another type where bytes belong
+            log.warning("berth: unreadable frame at %s: %s", where(self.identity, key), type(exc).__name__)
+            return key, Unreadable(f"not a berth frame ({type(exc).__name__})"), token, size
+        return key, header, token, size
+
+    def check_list(self, prefix: str, limit: int | None) -> None:
+        self.check_prefix(prefix)
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            raise ValueError(f"list limit must be a positive int or None, got {limit!r}")
+
+    def check_prefix(self, prefix: str) -> None:
+        if not isinstance(prefix, str) or prefix.startswith("/") or _CONTROL.search(prefix):
+            raise InvalidKey(f"invalid prefix {prefix!r} for identity {self.identity!r}", identity=self.identity)
+
+    def sweep_now(self, now: datetime | None) -> datetime:
+        now = now or self.clock()
+        if now.tzinfo is None:
+            raise InvalidEnvelope("sweep(now=...) needs an aware datetime")
+        return now
+
+    @staticmethod
+    def is_expired(header: Header | Unreadable, now: datetime) -> bool:
+        """Past its deadline; an unreadable frame never is (a sweep leaves it in place)."""
+        return isinstance(header, Header) and header.deadline is not None and now > header.deadline
+
+    def reseal_tally(self) -> _ResealTally:
+        return _ResealTally(f"{self.sealer.name}:{self.sealer.key_id}")
+
+    def resealed(self, key: str, data: Data) -> bytes:
+        """The frame `data` (parked under `key`) opened and sealed again by the current sealer."""
+        env = self.open(key, data)
+        del data
+        assert env.created_at is not None
+        return self.seal(key, env, env.created_at)
+
+
+class Store:
+    """Parks sealed envelopes under keys of one identity, in one backend.
+
+    Safe to share between threads. Open one with `berth.open_store(url, ...)`,
+    or wrap a backend of your own: `Store(backend, identity="pr-bot", sealer=...)`.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        identity: str,
+        sealer: Sealer | None = None,
+        accept_plaintext: bool = False,
+        max_envelope_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
+        clock: Callable[[], datetime] | None = None,
+        witness: Backend | None = None,
+        namespace: str | None = None,
+    ):
+        if sealer is None:
+            _warn_plaintext(f"for identity {identity!r}")
+            sealer = PlaintextSealer()
+        self.core = StoreCore(
+            identity=identity,
+            sealer=sealer,
+            accept_plaintext=accept_plaintext,
+            max_envelope_bytes=max_envelope_bytes,
+            clock=clock,
+            namespace=namespace,
+        )
+        """Every decision this store makes that is not I/O (shared with `berth.aio.AsyncStore`)."""
+        self.backend = as_backend(backend)
+        if witness is not None:
+            self.core.witness = Witness(as_backend(witness), identity=self.core.identity, sealer=sealer)
+
+    @property
+    def identity(self) -> str:
+        """The namespace of this store (`pr-bot`; a question store's frames: `pr-bot:questions`)."""
+        return self.core.identity
+
+    @property
+    def max_envelope_bytes(self) -> int:
+        """Envelopes larger than this once encoded are refused (`EnvelopeTooLarge`)."""
+        return self.core.max_envelope_bytes
+
+    @property
+    def sealer(self) -> Sealer:
+        """What seals new frames and opens parked ones; fixed at open (read-only)."""
+        return self.core.sealer
+
+    @property
+    def accept_plaintext(self) -> bool:
+        """Whether this sealed store reads legacy plaintext frames (to `reseal` them); fixed at open."""
+        return self.core.accept_plaintext
+
+    def __repr__(self) -> str:
+        return f"Store({type(self.backend).__name__}, identity={self.identity!r}, sealer={self.sealer!r})"
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the backend's connections (and the witness's)."""
+        self.backend.close()
+        if self.core.witness is not None:
+            self.core.witness.backend.close()
+
+    def setup(self) -> None:
+        """Create or migrate the backend's schema (idempotent); backends that need none do nothing.
+
+        Backends with a schema (PostgreSQL) also run it lazily on first use; call it at deploy
+        time to fail early, or with a role that may create tables.
+
+        Raises:
+            BackendError: the migration failed.
+        """
+        with self._backend_call("*", "setup"):
+            self.backend.setup()
+
+    def now(self) -> datetime:
+        """The store's clock (injectable for tests)."""
+        return self.core.clock()
+
+    def check_key(self, key: str) -> str:
+        """Return `key` if this store accepts it (the key rules of docs/contract.md); no I/O.
+
+        Raises:
+            InvalidKey: the key breaks a rule; the message names the rule.
+        """
+        return validate_key(key, self.identity)
+
+    # --- helpers -----------------------------------------------------------------------
+
+    def _backend_call(self, key: str, what: str) -> _BackendCall:
+        """A `with` block whose errors come out as berth errors naming this store's identity and `key`."""
+        return _BackendCall(self.identity, key, what)
 
     # --- the contract ------------------------------------------------------------------
 
@@ -421,34 +650,16 @@ class Store:
                 stale, zero, or nothing is parked; nothing was written.
             BackendError: the write failed; the previous envelope, if any, is intact.
         """
-        name = self._name(key)
-        self._check_condition(key, if_absent, if_match)
-        if self._witness is not None:
-            build = self._witness_build(key, envelope)
-            return self._witnessed(key, "save", self._witness.save(self, key, build, if_absent, if_match))
-        frame = self._build(key, envelope)
+        name = self.core.name(key)
+        self.core.check_condition(key, if_absent, if_match)
+        if self.core.witness is not None:
+            build = self.core.witness_build(key, envelope)
+            return self._witnessed(key, "save", self.core.witness.save(self.core, key, build, if_absent, if_match))
+        frame = self.core.build(key, envelope)
         try:
             return self.backend.put(name, frame, if_match=if_match, if_absent=if_absent)
         except Exception as exc:
             _reraise(exc, self.identity, key, "save")
-
-    def _check_condition(self, key: str, if_absent: bool, if_match: Token | None) -> None:
-        """Refuse, before any I/O, a save condition that can never hold."""
-        if if_match is None:
-            return
-        if not isinstance(if_match, Token) or if_match.is_zero:
-            raise TokenMismatch(
-                f"save at {where(self.identity, key)} with if_match the zero token (or not a token): "
-                "load first to get a token",
-                identity=self.identity,
-                key=key,
-            )
-        if if_absent:
-            raise TokenMismatch(
-                f"save at {where(self.identity, key)} cannot be both if_absent and if_match: nothing is both",
-                identity=self.identity,
-                key=key,
-            )
 
     def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
         """Open the envelope parked under `key`, with the token that can claim it.
@@ -469,14 +680,14 @@ class Store:
             FormatError: not a berth frame, or a newer format (left untouched).
             BackendError: the backend failed.
         """
-        if self._witness is not None:
-            return self._witnessed(key, "load", self._witness.load(self, key, allow_expired))
-        name = self._name(key)
+        if self.core.witness is not None:
+            return self._witnessed(key, "load", self.core.witness.load(self.core, key, allow_expired))
+        name = self.core.name(key)
         try:
             found = self.backend.get(name)
         except Exception as exc:
             _reraise(exc, self.identity, key, "load")
-        return self._opened(key, found, allow_expired)
+        return self.core.opened(key, found, allow_expired)
 
     def load_many(self, keys: Sequence[str], *, allow_expired: bool = False) -> list[Parked | None]:
         """`load` of several keys at once: one round trip where the backend can (SQLite,
@@ -491,64 +702,22 @@ class Store:
                 whose envelope is past its deadline or does not open.
             BackendError: the backend failed.
         """
-        keys, names = self._names(keys)
+        keys, names = self.core.names(keys)
         if not names:
             return []
-        if self._witness is not None:
+        if self.core.witness is not None:
             return [self.load(key, allow_expired=allow_expired) for key in keys]
         try:
             found = self.backend.get_many(names)
         except Exception as exc:
-            _reraise(exc, self.identity, self._many(keys), "load")
-        return self._opened_many(keys, found, allow_expired)
-
-    def _names(self, keys: Sequence[str]) -> tuple[list[str], list[str]]:
-        """The keys as a list and their backend names, every key checked before any I/O."""
-        if isinstance(keys, str):
-            raise InvalidKey(f"load_many takes a sequence of keys, not one key {keys!r}", identity=self.identity)
-        keys = list(keys)
-        return keys, [self._name(key) for key in keys]
-
-    @staticmethod
-    def _many(keys: Sequence[str]) -> str:
-        return keys[0] if len(keys) == 1 else f"{keys[0]} (+{len(keys) - 1} more)"
-
-    def _opened_many(
-        self, keys: Sequence[str], found: Sequence[tuple[Data, Token] | None], allow_expired: bool
-    ) -> list[Parked | None]:
-        return [self._opened(key, one, allow_expired) for key, one in zip(keys, found, strict=True)]
-
-    def _opened(self, key: str, found: tuple[Data, Token] | None, allow_expired: bool) -> Parked | None:
-        """What `load` returns for what the backend found under `key`: the envelope opened, or Expired."""
-        if found is None:
-            return None
-        data, token = found
-        del found
-        env = self._open(key, data)
-        del data  # the sealed frame is not needed any more
-        parked = Parked(env, token)
-        if not allow_expired and env.deadline is not None:
-            self._check_deadline(key, parked)
-        return parked
-
-    def _check_deadline(self, key: str, parked: Parked) -> None:
-        """Raise `Expired` (with the token, so a claim can remove it) if `parked` is past its deadline."""
-        env = parked.envelope
-        if env.deadline is not None and self._clock() > env.deadline:
-            raise Expired(
-                f"envelope at {where(self.identity, key)} passed its deadline "
-                f"{env.deadline.isoformat()}: never resumed",
-                identity=self.identity,
-                key=key,
-                deadline=env.deadline,
-                token=parked.token,
-            )
+            _reraise(exc, self.identity, self.core.many(keys), "load")
+        return self.core.opened_many(keys, found, allow_expired)
 
     def _witnessed(self, key: str, what: str, plan: Plan[T]) -> T:
         """Run a witness plan (berth._witness) over this store's backend and its witness's."""
-        assert self._witness is not None
+        assert self.core.witness is not None
         try:
-            return run(plan, {"frames": self.backend, "witness": self._witness.backend})
+            return run(plan, {"frames": self.backend, "witness": self.core.witness.backend})
         except Exception as exc:
             _reraise(exc, self.identity, key, what)
 
@@ -568,25 +737,14 @@ class Store:
 
     def _remove(self, key: str, token: Token, how: str) -> None:
         """`delete`, saying why to a witness: claimed, expired, swept or deleted."""
-        if self._witness is not None:
-            self._witnessed(key, how, self._witness.leave(self, key, token, how))
+        if self.core.witness is not None:
+            self._witnessed(key, how, self.core.witness.leave(self.core, key, token, how))
             return
-        name = self._delete_name(key, token)
+        name = self.core.delete_name(key, token)
         try:
             self.backend.delete(name, token)
         except Exception as exc:
             _reraise(exc, self.identity, key, "delete")
-
-    def _delete_name(self, key: str, token: Token) -> str:
-        """The backend name to delete `key` at, once the key and the token are checked (before any I/O)."""
-        name = self._name(key)
-        if not isinstance(token, Token) or token.is_zero:
-            raise TokenMismatch(
-                f"delete at {where(self.identity, key)} with the zero token: load first to get a token",
-                identity=self.identity,
-                key=key,
-            )
-        return name
 
     def claim(self, key: str) -> Envelope | None:
         """Load and delete: exactly one caller across threads, processes and hosts gets the envelope.
@@ -604,38 +762,7 @@ class Store:
             BackendError: the backend failed; if it failed during the delete the claim's
                 outcome is unknown and the caller must not resume.
         """
-        return run(self._claim_plan(key), {"store": self})
-
-    def _claim_plan(self, key: str) -> Plan[Envelope | None]:
-        """Claim as a plan of store calls, run by `claim` here and awaited by `berth.aio.AsyncStore.claim`."""
-        try:
-            parked = yield call("store", "load", key)
-        except Expired as exc:
-            assert exc.token is not None
-            try:
-                yield call("store", "_remove", key, exc.token, "expired")
-            except TokenMismatch:
-                pass
-            raise
-        if parked is None:
-            return None
-        try:
-            yield call("store", "_remove", key, parked.token, "claimed")
-        except TokenMismatch:
-            return None
-        deadline = parked.envelope.deadline
-        if deadline is not None and self._clock() > deadline:
-            # The deadline passed between the check and the commit: removed, never handed out.
-            raise Expired(
-                f"envelope at {where(self.identity, key)} passed its deadline {deadline.isoformat()} "
-                "while it was being claimed: removed, never resumed",
-                identity=self.identity,
-                key=key,
-                deadline=deadline,
-                token=parked.token,
-            )
-        envelope: Envelope = parked.envelope
-        return envelope
+        return run(self.core.claim_plan(key), {"store": self})
 
     def _heads(
         self, prefix: str, *, ordered: bool = False, limit: int | None = None, reverse: bool = False
@@ -646,65 +773,20 @@ class Store:
         that is not a frame at all) comes out with an `Unreadable` saying why in place of its
         header. Only a failure of the backend itself (`BackendError`) ends it.
         """
-        full_prefix = self._prefix + prefix
+        full_prefix = self.core.prefix + prefix
         rows: Iterator[Head]
         if ordered:
             rows = self.backend.sorted_heads(full_prefix, _HEAD_READ, limit=limit, reverse=reverse)
         else:
             rows = self.backend.heads(full_prefix, _HEAD_READ)
         for name, head, token, size in rows:
-            if self._needs_full(head):
+            if self.core.needs_full(head):
                 # A header longer than the first read: read just the header, never the frame.
-                found = self.backend.head(name, self._header_size(head))
+                found = self.backend.head(name, self.core.header_size(head))
                 if found is None:
                     continue
                 head, token = found
-            yield self._peeked(name, head, token, size)
-
-    _head_read = _HEAD_READ
-    _delete_batch = _DELETE_BATCH
-
-    @staticmethod
-    def _header_size(head: Data) -> int:
-        need = header_size(head)
-        assert need is not None
-        return need
-
-    @staticmethod
-    def _needs_full(head: object) -> TypeGuard[Data]:
-        """Whether `head` (a frame's first bytes) is cut short of the frame's whole header."""
-        if not isinstance(head, (bytes, memoryview)):
-            return False
-        need = header_size(head)
-        # A length past any header berth writes is not read at all: peek_header refuses it.
-        return need is not None and len(head) < need <= PREFIX_SIZE + MAX_HEADER
-
-    def _peeked(
-        self, name: str, head: Data | BerthError, token: Token, size: int
-    ) -> tuple[str, Header | Unreadable, Token, int]:
-        """(key, header or `Unreadable` saying why, token, size) of the frame named `name`.
-
-        `head` may be the error a backend met reading this one entry.
-        """
-        key = name[len(self._prefix) :]
-        if isinstance(head, BerthError):  # the backend could not read this entry
-            return key, Unreadable(_why(head)), token, size
-        try:
-            header, _ = peek_header(head, self.identity, key)
-            if header.identity != self.identity or header.key != key:
-                raise IntegrityError(
-                    f"frame at {where(self.identity, key)} was written for identity {header.identity!r}, "
-                    f"key {header.key!r}: moved or swapped",
-                    identity=self.identity,
-                    key=key,
-                )
-        except (FormatError, IntegrityError) as exc:
-            log.warning("berth: unreadable frame: %s", exc)
-            return key, Unreadable(_why(exc)), token, size
-        except (TypeError, ValueError) as exc:  # a value of another type where bytes belong
-            log.warning("berth: unreadable frame at %s: %s", where(self.identity, key), type(exc).__name__)
-            return key, Unreadable(f"not a berth frame ({type(exc).__name__})"), token, size
-        return key, header, token, size
+            yield self.core.peeked(name, head, token, size)
 
     def list(self, prefix: str = "", *, limit: int | None = None, reverse: bool = False) -> Iterator[Listing]:
         """Stream what is parked under `prefix` in key order, from cleartext headers: no keys needed.
@@ -726,22 +808,13 @@ class Store:
             InvalidKey: a prefix with control characters or a leading "/" (before any I/O).
             BackendError: the backend failed.
         """
-        self._check_list(prefix, limit)
+        self.core.check_list(prefix, limit)
         return self._listings(prefix, limit, reverse)
-
-    def _check_list(self, prefix: str, limit: int | None) -> None:
-        self._check_prefix(prefix)
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-            raise ValueError(f"list limit must be a positive int or None, got {limit!r}")
 
     def _listings(self, prefix: str, limit: int | None, reverse: bool) -> Iterator[Listing]:
         with self._backend_call(prefix or "*", "list"):
             for key, header, token, size in self._heads(prefix, ordered=True, limit=limit, reverse=reverse):
                 yield _listing(key, header, token, size)
-
-    def _check_prefix(self, prefix: str) -> None:
-        if not isinstance(prefix, str) or prefix.startswith("/") or _CONTROL.search(prefix):
-            raise InvalidKey(f"invalid prefix {prefix!r} for identity {self.identity!r}", identity=self.identity)
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every envelope whose key starts with `prefix`, each only if unchanged since read.
@@ -759,17 +832,17 @@ class Store:
             InvalidKey: a prefix with control characters or a leading "/" (before any I/O).
             BackendError: the backend failed; some envelopes may be gone.
         """
-        self._check_prefix(prefix)
+        self.core.check_prefix(prefix)
         removed = 0
         batch: list[tuple[str, Token]] = []
         with self._backend_call(prefix or "*", "delete_prefix"):
             for key, _header, token, _ in self._heads(prefix):
                 if token.is_zero:  # a value the backend could not read as one of its records
                     continue
-                if self._witness is not None:  # one witnessed delete each: the witness records how it left
+                if self.core.witness is not None:  # one witnessed delete each: the witness records how it left
                     removed += self._removed(key, token, "deleted")
                     continue
-                batch.append((self._prefix + key, token))
+                batch.append((self.core.prefix + key, token))
                 if len(batch) >= _DELETE_BATCH:
                     removed += sum(self.backend.delete_many(batch))
                     batch = []
@@ -795,18 +868,18 @@ class Store:
             InvalidEnvelope: `now` is a naive datetime.
             BackendError: the backend failed (what was deleted before stays deleted).
         """
-        now = self._sweep_now(now)
+        now = self.core.sweep_now(now)
         removed = 0
         with self._backend_call("*", "sweep"):
             for key, header, token, size in self._heads(""):
-                if not self._is_expired(header, now):
+                if not self.core.is_expired(header, now):
                     continue
-                if self._witness is not None:
+                if self.core.witness is not None:
                     if not self._removed(key, token, "swept"):
                         continue
                 else:
                     try:
-                        self.backend.delete(self._prefix + key, token)
+                        self.backend.delete(self.core.prefix + key, token)
                     except TokenMismatch:
                         continue
                 removed += 1
@@ -822,17 +895,6 @@ class Store:
             return False
         return True
 
-    def _sweep_now(self, now: datetime | None) -> datetime:
-        now = now or self._clock()
-        if now.tzinfo is None:
-            raise InvalidEnvelope("sweep(now=...) needs an aware datetime")
-        return now
-
-    @staticmethod
-    def _is_expired(header: Header | Unreadable, now: datetime) -> bool:
-        """Past its deadline; an unreadable frame never is (a sweep leaves it in place)."""
-        return isinstance(header, Header) and header.deadline is not None and now > header.deadline
-
     def reseal(self) -> ResealReport:
         """Re-seal every envelope not sealed by the sealer's current key.
 
@@ -842,7 +904,7 @@ class Store:
             How many frames moved (an int), with `.skipped` (changed meanwhile) and
             `.failed` (could not be opened) counts.
         """
-        tally = self._reseal_tally()
+        tally = self.core.reseal_tally()
         for key, header, _, _ in self._heads(""):
             if not tally.wants(key, header):
                 continue
@@ -853,33 +915,23 @@ class Store:
             tally.record(key, outcome)
         return tally.report()
 
-    def _reseal_tally(self) -> _ResealTally:
-        return _ResealTally(f"{self.sealer.name}:{self.sealer.key_id}")
-
     def _reseal_one(self, key: str) -> bool:
-        name = self._name(key)
+        name = self.core.name(key)
         with self._backend_call(key, "reseal"):
             found = self.backend.get(name)
         if found is None:
             return False
         data, token = found
-        if self._witness is not None:  # a new sequence number, and never for a frame the witness refuses
-            env = self._open(key, data)
+        if self.core.witness is not None:  # a new sequence number, and never for a frame the witness refuses
+            env = self.core.open(key, data)
             assert env.created_at is not None
-            build = functools.partial(self._seal, key, env, env.created_at)
-            self._witnessed(key, "reseal", self._witness.save(self, key, build, False, token, strict=True))
+            build = functools.partial(self.core.seal, key, env, env.created_at)
+            self._witnessed(key, "reseal", self.core.witness.save(self.core, key, build, False, token, strict=True))
             return True
-        frame = self._resealed(key, data)
+        frame = self.core.resealed(key, data)
         with self._backend_call(key, "reseal"):
             self.backend.put(name, frame, if_match=token)
         return True
-
-    def _resealed(self, key: str, data: Data) -> bytes:
-        """The frame `data` (parked under `key`) opened and sealed again by the current sealer."""
-        env = self._open(key, data)
-        del data
-        assert env.created_at is not None
-        return self._seal(key, env, env.created_at)
 
     def audit(self) -> AuditReport:
         """Compare every frame with the witness's record of its key: what is missing, replayed or unknown.
@@ -894,12 +946,12 @@ class Store:
             BerthError: the store has no witness (open it with `witness=URL`).
             BackendError: the store's or the witness's backend failed.
         """
-        if self._witness is None:
+        if self.core.witness is None:
             raise BerthError(
                 f"store for identity {self.identity!r} has no witness: open it with witness=URL to audit it"
             )
         with self._backend_call("*", "audit"):
-            return self._witness.audit(self)
+            return self.core.witness.audit(self)
 
 
 class _ResealTally:
@@ -1005,7 +1057,7 @@ def save_checkpoint(path: str | os.PathLike[str], envelope: Envelope, *, sealer:
 
     path = Path(path)
     store, key = _checkpoint_store(path, sealer)
-    frame = store._build(key, envelope)
+    frame = store.core.build(key, envelope)
     try:
         make_dirs(path.parent)
         write_atomic(path, frame)
@@ -1033,7 +1085,7 @@ def load_checkpoint(
                 f"checkpoint {str(path)!r} is not a regular file", identity=_CHECKPOINT_IDENTITY, key=key
             )
         data = f.read()
-    store.backend.put(store._prefix + key, data)
+    store.backend.put(store.core.prefix + key, data)
     parked = store.load(key, allow_expired=allow_expired)
     assert parked is not None
     return parked.envelope

@@ -66,7 +66,7 @@ from berth._token import Token
 from berth.backends import Backend
 
 if TYPE_CHECKING:
-    from berth._store import Parked, Store
+    from berth._store import Parked, Store, StoreCore
 
 __all__ = ["AuditReport", "Witness"]
 
@@ -302,19 +302,19 @@ class Witness:
 
     # --- plans ------------------------------------------------------------------------------
 
-    def load(self, store: Store, key: str, allow_expired: bool) -> Plan[Parked | None]:
+    def load(self, store: StoreCore, key: str, allow_expired: bool) -> Plan[Parked | None]:
         """`Store.load` with the witness: the frame opens, then must be the latest the witness saw."""
-        name = store._name(key)
+        name = store.name(key)
         snap = yield from self.snapshot(name, key)
-        parked = store._opened(key, snap.found, True)  # a changed frame is refused as such first
+        parked = store.opened(key, snap.found, True)  # a changed frame is refused as such first
         self.refuse(key, snap)
         if parked is not None and not allow_expired:
-            store._check_deadline(key, parked)
+            store.check_deadline(key, parked)
         return parked
 
     def save(
         self,
-        store: Store,
+        store: StoreCore,
         key: str,
         build: Callable[[int], bytes],
         if_absent: bool,
@@ -326,7 +326,7 @@ class Witness:
 
         `strict` (reseal) refuses to write over a frame the witness does not stand behind.
         """
-        name = store._name(key)
+        name = store.name(key)
         for _ in range(_TRIES):
             snap = yield from self.snapshot(name, key)
             current = _token_of(snap.found)
@@ -359,9 +359,9 @@ class Witness:
             return token
         raise BackendError(f"save at {where(self.identity, key)} kept losing to other writers of the key")
 
-    def leave(self, store: Store, key: str, token: Token, how: str) -> Plan[None]:
+    def leave(self, store: StoreCore, key: str, token: Token, how: str) -> Plan[None]:
         """`Store.delete` (and a claim's or sweep's delete) with the witness: intent, delete, record how it left."""
-        name = store._delete_name(key, token)
+        name = store.delete_name(key, token)
         for _ in range(_TRIES):
             snap = yield from self.snapshot(name, key)
             if snap.found is None or snap.found[1] != token:
@@ -426,7 +426,7 @@ class Witness:
                 continue
             checked += 1
             try:
-                snap = run(self.snapshot(store._prefix + key, key), targets)
+                snap = run(self.snapshot(store.core.prefix + key, key), targets)
             except IntegrityError:
                 bad["tampered"].append(key)
                 seen.add(key)
@@ -444,7 +444,7 @@ class Witness:
 
     def _keys(self, store: Store) -> Iterator[str]:
         """Every key the store holds a frame for, then every key the witness holds a record for."""
-        frames = store._prefix
+        frames = store.core.prefix
         for name in store.backend.scan(frames):
             yield name[len(frames) :]
         for name in self.backend.scan(self._prefix):
