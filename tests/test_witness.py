@@ -413,7 +413,7 @@ def test_a_claim_killed_at_any_step_never_resumes_twice(kind: str, tmp_path: Pat
     for cut in range(6):
         setup = _local_setup(kind, tmp_path, cut)
         with setup.store() as store:
-            setup.frames, setup.witness = store.backend, store._witness.backend  # type: ignore[union-attr]
+            setup.frames, setup.witness = store.backend, store.core.witness.backend  # type: ignore[union-attr]
             _park(store, "a", "r1")
             latest = setup.frame("a")
             parked = store.load("a")
