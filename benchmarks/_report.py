@@ -381,17 +381,23 @@ def startup_section(res: dict[str, Any], goals: Goals) -> list[str]:
     out.append(
         "Each command in a fresh interpreter, all of them interleaved round by round, beside bare Python "
         "(`python -c pass`); wall time per run. *Over bare* is the command's time minus bare Python's in the same "
-        "round (median over rounds): what berth adds. `berth ls` runs on an empty SQLite store."
+        "round (median over rounds): what berth adds; CPU is the child's own user + system time, which the load "
+        "of a shared machine disturbs least. `berth ls` runs on an empty SQLite store."
     )
     out.append("")
-    out.append("| command | wall ms (median, min-max) | over bare ms (median) | load |")
-    out.append("| --- | ---: | ---: | ---: |")
-    bare = res["runs"]["bare python"]
+    out.append("| command | wall ms (median, min-max) | over bare ms (median) | CPU ms (median) | CPU over bare | load |")  # noqa: E501
+    out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+    bare, bare_cpu = res["runs"]["bare python"], res.get("cpu", {}).get("bare python")
     for name, runs in res["runs"].items():
         over = statistics.median(t - b for t, b in zip(runs, bare, strict=True))
+        cpu = res.get("cpu", {}).get(name)
+        cpu_over = statistics.median(t - b for t, b in zip(cpu, bare_cpu, strict=True)) if cpu and bare_cpu else None
         out.append(
             f"| `{res['commands'][name]}` | {statistics.median(runs):.0f} ({min(runs):.0f}–{max(runs):.0f}) | "
-            f"{'-' if name == 'bare python' else f'{over:.0f}'} | {min(res['loads']):.1f}–{max(res['loads']):.1f} |"
+            f"{'-' if name == 'bare python' else f'{over:.0f}'} | "
+            f"{'-' if cpu is None else f'{statistics.median(cpu):.0f}'} | "
+            f"{'-' if cpu_over is None or name == 'bare python' else f'{cpu_over:.0f}'} | "
+            f"{min(res['loads']):.1f}–{max(res['loads']):.1f} |"
         )
     imp = statistics.median(t - b for t, b in zip(res["runs"]["import berth"], bare, strict=True))
     goals.add(f"`import berth` ≤ {GOAL_IMPORT_MS} ms over bare Python", f"{imp:.0f} ms", imp <= GOAL_IMPORT_MS)

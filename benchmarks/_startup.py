@@ -2,13 +2,15 @@
 
 Each command runs in a fresh interpreter, all of them interleaved round by round
 so the load of a shared machine falls on each alike; the report gives each
-command's wall time and what it adds over bare Python in the same round. The
+command's wall time (and CPU time, which the load of a shared machine disturbs
+least) and what it adds over bare Python in the same round. The
 console script is the installed `berth`, as a user runs it.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -38,12 +40,16 @@ def run(ctx: dict[str, Any], rounds: int) -> dict[str, Any]:
     for cmd in cmds.values():  # warm the page cache and create the empty store
         subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     runs: dict[str, list[float]] = {name: [] for name in cmds}
+    cpu: dict[str, list[float]] = {name: [] for name in cmds}
     loads = []
     for i in range(rounds):
         loads.append(os.getloadavg()[0])
         order = list(cmds.items())
         for name, cmd in order if i % 2 == 0 else order[::-1]:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
             runs[name].append((time.perf_counter() - t0) * 1000)
-    return {"commands": {name: _shown(cmd) for name, cmd in cmds.items()}, "runs": runs, "loads": loads}
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the child's own user + system time
+            cpu[name].append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000)
+    return {"commands": {name: _shown(cmd) for name, cmd in cmds.items()}, "runs": runs, "cpu": cpu, "loads": loads}
