@@ -385,7 +385,9 @@ def startup_section(res: dict[str, Any], goals: Goals) -> list[str]:
         "of a shared machine disturbs least. `berth ls` runs on an empty SQLite store."
     )
     out.append("")
-    out.append("| command | wall ms (median, min-max) | over bare ms (median) | CPU ms (median) | CPU over bare | load |")  # noqa: E501
+    out.append(
+        "| command | wall ms (median, min-max) | over bare ms (median) | CPU ms (median) | CPU over bare | load |"
+    )  # noqa: E501
     out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
     bare, bare_cpu = res["runs"]["bare python"], res.get("cpu", {}).get("bare python")
     for name, runs in res["runs"].items():
