@@ -20,7 +20,7 @@ mounts files so.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from berth._aesgcm import AesGcmSealer, Keyring
@@ -29,6 +29,7 @@ from berth._sealer import Sealer
 
 if TYPE_CHECKING:
     from berth._kms_sealer import KmsSealer
+    from berth.kms import Kms
 
 __all__ = ["keyring_readable_allowed", "sealer_from_env"]
 
@@ -66,26 +67,46 @@ def keyring_readable_allowed(environ: Mapping[str, str] | None = None) -> bool:
     return env.get("BERTH_KEYRING_ALLOW_READABLE", "").strip().lower() in ("1", "true", "yes")
 
 
+def _gcp(rest: str, value: str, readable: bool) -> Kms:
+    from berth.kms import GcpKms
+
+    return GcpKms(rest)
+
+
+def _aws(rest: str, value: str, readable: bool) -> Kms:
+    from berth.kms import AwsKms
+
+    return AwsKms(rest)
+
+
+def _local(rest: str, value: str, readable: bool) -> Kms:
+    from berth.kms import LocalKms
+
+    if not rest.startswith("/"):
+        raise ValueError("a local keyring path must be absolute (local:///path/keyring.json)")
+    return LocalKms(_keyring("BERTH_KMS", rest, readable, shown=value))
+
+
+# BERTH_KMS scheme -> the KMS client it opens (from the rest of the URL); each imports its client only
+# when named, so `import berth` stays light.
+_KMS_SCHEMES: dict[str, Callable[[str, str, bool], Kms]] = {"awskms": _aws, "gcpkms": _gcp, "local": _local}
+
+
 def _kms_sealer(value: str, readable: bool) -> KmsSealer:
     from berth._kms_sealer import KmsSealer  # only when a KMS is configured: `import berth` stays light
-    from berth.kms import AwsKms, GcpKms, LocalKms
 
     scheme, sep, rest = value.partition("://")
-    scheme = scheme.lower()
+    opener = _KMS_SCHEMES.get(scheme.lower())
     if not sep or not rest:
         raise ValueError(f"BERTH_KMS={value!r} is not a KMS URL: use {_FORMS}")
+    if opener is None:
+        raise ValueError(f"BERTH_KMS={value!r} has unknown scheme {scheme.lower()!r}: use {_FORMS}")
     try:
-        if scheme == "gcpkms":
-            return KmsSealer(GcpKms(rest))
-        if scheme == "awskms":
-            return KmsSealer(AwsKms(rest))
+        return KmsSealer(opener(rest, value, readable))
     except ValueError as exc:
+        if str(exc).startswith("BERTH_KMS="):
+            raise
         raise ValueError(f"BERTH_KMS={value!r}: {exc}") from None
-    if scheme == "local":
-        if not rest.startswith("/"):
-            raise ValueError(f"BERTH_KMS={value!r}: a local keyring path must be absolute (local:///path/keyring.json)")
-        return KmsSealer(LocalKms(_keyring("BERTH_KMS", rest, readable, shown=value)))
-    raise ValueError(f"BERTH_KMS={value!r} has unknown scheme {scheme!r}: use {_FORMS}")
 
 
 def _keyring(variable: str, path: str, readable: bool, *, shown: str | None = None) -> Keyring:
