@@ -7,6 +7,7 @@ a second, raw backend on the same URL, never through the store.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import threading
 import uuid
@@ -20,7 +21,7 @@ import pytest
 
 import berth
 import berth.aio
-from berth._plan import Call
+from berth._plan import Call, run
 from berth.backends import open_backend
 from berth.backends.memory import MemoryBackend
 from berth.testing import AsyncStoreContract, StoreContract, make_envelope
@@ -373,6 +374,75 @@ def test_the_plans_have_the_steps_the_crash_tests_cut(store: berth.Store) -> Non
     assert parked is not None
     # leave: read frame, read record, record the intent, delete, record how it left
     assert _steps(store, store.core.witness.leave(store.core, "a", parked.token, "claimed")) == 5
+    store.save("a", env)
+    parked = store.load("a")
+    assert parked is not None
+    # a delete by token: the same five, the frame read by its head
+    assert _steps(store, store.core.witness.leave(store.core, "a", parked.token, "deleted", whole=False)) == 5
+    store.save("a", env)
+    # a claim's leave reuses its load's snapshot: intent, delete, record how it left
+    seen = run(store.core.witness.load_seen(store.core, "a", False), _targets(store))[1]
+    assert _steps(store, store.core.witness.leave(store.core, "a", seen.found[1], "claimed", seen)) == 3  # type: ignore[index]
+
+
+class _Reads:
+    """A backend wrapper counting the reads a plan makes of it, by method."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend, self.calls = backend, collections.Counter[str]()
+
+    def __getattr__(self, method: str) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[method] += 1
+            return getattr(self.backend, method)(*args, **kwargs)
+
+        return counted
+
+
+def _targets(store: berth.Store) -> dict[str, Any]:
+    return {"frames": store.backend, "witness": store.core.witness.backend}  # type: ignore[union-attr]
+
+
+def test_a_save_and_a_delete_read_only_heads_and_a_claim_reads_the_frame_once(store: berth.Store) -> None:
+    import functools
+
+    assert store.core.witness is not None
+    env = make_envelope("r1", provider_state={"blob": "x" * 200_000})
+    _park(store, "a", "r0")
+    frames = _Reads(store.backend)
+    targets = {"frames": frames, "witness": store.core.witness.backend}
+    build = functools.partial(store.core.seal, "a", env, store.now())
+    run(store.core.witness.save(store.core, "a", build, False, None), targets)  # over a landed frame
+    assert frames.calls["get"] == 0 and frames.calls["head"] == 1, frames.calls
+    parked = store.load("a")
+    assert parked is not None and parked.envelope.run_id == "r1"
+    frames.calls.clear()
+    run(store.core.witness.leave(store.core, "a", parked.token, "deleted", whole=False), targets)
+    assert frames.calls["get"] == 0 and frames.calls["head"] == 1, frames.calls
+    assert store.load("a") is None and store.audit().ok
+    _park(store, "b", "r2")
+    frames.calls.clear()
+    store.backend, real = frames, store.backend  # type: ignore[assignment]
+    try:
+        claimed = store.claim("b")
+    finally:
+        store.backend = real
+    assert claimed is not None and claimed.run_id == "r2"
+    assert frames.calls["get"] == 1 and frames.calls["head"] == 0, frames.calls
+    assert store.load("b") is None and store.audit().ok
+
+
+def test_a_head_read_never_stands_for_a_frame_the_witness_did_not_see_land(store: berth.Store, setup: Setup) -> None:
+    """A frame put back (another generation) is judged whole: a delete of it leaves the key reported."""
+    setup.frames, setup.witness = store.backend, store.core.witness.backend  # type: ignore[union-attr]
+    _park(store, "a", "r1")
+    older = setup.frame("a")
+    _park(store, "a", "r2")
+    assert older is not None
+    setup.put_frame("a", older)  # replayed: seq 1 under a record of seq 2
+    token = setup.frames.get(f"{IDENTITY}/a")[1]
+    store.delete("a", token)  # a token from a listing, not a load: removes it, says nothing left
+    assert store.audit().missing == ("a",)
 
 
 def _local_setup(kind: str, tmp_path: Path, n: int) -> Setup:
@@ -409,16 +479,21 @@ def test_a_save_killed_at_any_step_leaves_a_readable_run_and_no_replay(kind: str
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
-def test_a_claim_killed_at_any_step_never_resumes_twice(kind: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["whole", "head", "seen"])
+def test_a_claim_killed_at_any_step_never_resumes_twice(kind: str, mode: str, tmp_path: Path) -> None:
     for cut in range(6):
         setup = _local_setup(kind, tmp_path, cut)
         with setup.store() as store:
             setup.frames, setup.witness = store.backend, store.core.witness.backend  # type: ignore[union-attr]
             _park(store, "a", "r1")
             latest = setup.frame("a")
-            parked = store.load("a")
-            assert parked is not None and store.core.witness is not None
-            _killed_after(store, store.core.witness.leave(store.core, "a", parked.token, "claimed"), cut)
+            assert store.core.witness is not None
+            parked, seen = run(store.core.witness.load_seen(store.core, "a", False), _targets(store))
+            assert parked is not None
+            plan = store.core.witness.leave(
+                store.core, "a", parked.token, "claimed", seen if mode == "seen" else None, whole=mode == "whole"
+            )
+            _killed_after(store, plan, cut)
             with setup.store() as fresh:
                 now = fresh.load("a")
                 gone = setup.frame("a") is None

@@ -25,7 +25,7 @@ from berth._plan import Plan, arun
 from berth._sealer import Sealer
 from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Parked, ResealReport, Store
 from berth._token import Token
-from berth._witness import AuditReport
+from berth._witness import AuditReport, Snapshot
 from berth.backends._aio import AsyncBackend, sync_twin
 
 __all__ = ["OFF_LOOP_BYTES", "AsyncStore"]
@@ -196,16 +196,24 @@ class AsyncStore:
         """Remove the envelope under `key` only if `token` is current, as `Store.delete`."""
         await self._remove(key, token, "deleted")
 
-    async def _remove(self, key: str, token: Token, how: str) -> None:
+    async def _remove(
+        self, key: str, token: Token, how: str, seen: Snapshot | None = None, *, whole: bool = False
+    ) -> None:
         core = self._core
         if core.witness is not None:
-            await self._witnessed(key, how, core.witness.leave(core, key, token, how))
+            await self._witnessed(key, how, core.witness.leave(core, key, token, how, seen, whole=whole))
             return
         name = core.delete_name(key, token)
         try:
             await self.backend.delete(name, token)
         except Exception as exc:
             self._core.reraise(exc, key, "delete")
+
+    async def _claim_load(self, key: str) -> tuple[Parked | None, Snapshot | None]:
+        core = self._core
+        if core.witness is not None:
+            return await self._witnessed(key, "load", core.witness.load_seen(core, key, False))
+        return await self.load(key), None
 
     async def claim(self, key: str) -> Envelope | None:
         """Load and delete for exactly one caller, as `Store.claim`."""
@@ -299,7 +307,7 @@ class AsyncStore:
 
     async def _removed(self, key: str, token: Token, how: str) -> bool:
         try:
-            await self._remove(key, token, how)
+            await self._remove(key, token, how, whole=True)
         except TokenMismatch:
             return False
         return True

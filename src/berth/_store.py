@@ -46,7 +46,7 @@ from berth._redact import redact_url
 from berth._sealer import PartsSealer, Sealer, as_parts, check_sealer
 from berth._time import utcnow
 from berth._token import Token
-from berth._witness import MAX_SEQ, AuditReport, Witness
+from berth._witness import MAX_SEQ, AuditReport, Snapshot, Witness
 from berth.backends import Backend, Data, Head, as_backend, open_backend
 
 if TYPE_CHECKING:
@@ -421,7 +421,7 @@ class StoreCore:
     def claim_plan(self, key: str) -> Plan[Envelope | None]:
         """Claim as a plan of store calls, run by `claim` here and awaited by `berth.aio.AsyncStore.claim`."""
         try:
-            parked = yield call("store", "load", key)
+            parked, seen = yield call("store", "_claim_load", key)
         except Expired as exc:
             assert exc.token is not None
             try:
@@ -432,7 +432,7 @@ class StoreCore:
         if parked is None:
             return None
         try:
-            yield call("store", "_remove", key, parked.token, "claimed")
+            yield call("store", "_remove", key, parked.token, "claimed", seen)
         except TokenMismatch:
             return None
         deadline = parked.envelope.deadline
@@ -735,10 +735,15 @@ class Store:
         """
         self._remove(key, token, "deleted")
 
-    def _remove(self, key: str, token: Token, how: str) -> None:
-        """`delete`, saying why to a witness: claimed, expired, swept or deleted."""
+    def _remove(self, key: str, token: Token, how: str, seen: Snapshot | None = None, *, whole: bool = False) -> None:
+        """`delete`, saying why to a witness: claimed, expired, swept or deleted.
+
+        `seen` and `whole` reach the witness only (`Witness.leave`): the snapshot a claim's load
+        took, and whether the frame must be read whole (a sweep or a prefix delete) rather than
+        by its head.
+        """
         if self.core.witness is not None:
-            self._witnessed(key, how, self.core.witness.leave(self.core, key, token, how))
+            self._witnessed(key, how, self.core.witness.leave(self.core, key, token, how, seen, whole=whole))
             return
         name = self.core.delete_name(key, token)
         try:
@@ -763,6 +768,12 @@ class Store:
                 outcome is unknown and the caller must not resume.
         """
         return run(self.core.claim_plan(key), {"store": self})
+
+    def _claim_load(self, key: str) -> tuple[Parked | None, Snapshot | None]:
+        """A claim's load, and with a witness the snapshot it judged (its delete reuses it)."""
+        if self.core.witness is not None:
+            return self._witnessed(key, "load", self.core.witness.load_seen(self.core, key, False))
+        return self.load(key), None
 
     def _heads(
         self, prefix: str, *, ordered: bool = False, limit: int | None = None, reverse: bool = False
@@ -890,7 +901,7 @@ class Store:
     def _removed(self, key: str, token: Token, how: str) -> bool:
         """`_remove`, True if it removed the frame, False if the token no longer matched."""
         try:
-            self._remove(key, token, how)
+            self._remove(key, token, how, whole=True)
         except TokenMismatch:
             return False
         return True

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
-from berth._codec import FORMAT_VERSION, MAGIC, build_aad, peek_header
+from berth._codec import FORMAT_VERSION, MAGIC, MAX_HEADER, PREFIX_SIZE, build_aad, header_size, peek_header
 from berth._errors import BackendError, BerthError, FormatError, IntegrityError, TokenMismatch, where
 from berth._plan import Plan, call, run
 from berth._sealer import Sealer
@@ -77,6 +77,8 @@ LEFT = ("claimed", "expired", "drifted", "swept", "deleted")
 _RECORD_MAGIC = b"\x89BWITNS\n"
 _HEAD = b'{"witness":1}'
 _TRIES = 200
+_HEAD_READ = 1024  # the first read of a frame's head (as listing's); a longer header costs a second
+_HEAD_MAX = PREFIX_SIZE + MAX_HEADER
 MAX_SEQ = 2**63 - 1
 """Sequence numbers stay below it (the longest a header's `seq` can be, for the size check before I/O)."""
 
@@ -128,10 +130,14 @@ _encoder = msgspec.json.Encoder()
 
 
 class FrameInfo(NamedTuple):
-    """What the witness compares of a frame: its header's seq (None if absent), digest and token."""
+    """What the witness compares of a frame: its header's seq (None if absent), digest and token.
+
+    `digest` is None when only the frame's head was read (a save or a leave deciding what to
+    write; see `Witness.head`): the header's `seq` then stands for the frame.
+    """
 
     seq: int | None
-    digest: str
+    digest: str | None
     token: Token
 
 
@@ -155,22 +161,37 @@ def judge(rec: Record | None, info: FrameInfo | None) -> str:
         return MISSING
     if rec is None or info.seq is None:
         return UNKNOWN
-    if info.seq == rec.seq and info.digest == rec.digest:
+    if info.seq == rec.seq and info.digest in (None, rec.digest):
         if rec.state == PARKED and (rec.token is None or rec.token == info.token.value):
             return OK
         return REPLAYED  # it left, or it was put back (another generation)
-    if info.seq > rec.seq and (info.seq, info.digest) in rec.pending:
+    if info.seq > rec.seq and _candidate(rec, info) is not None:
         return PENDING
     if info.seq < rec.seq:
         return REPLAYED
     return UNKNOWN
 
 
+def _candidate(rec: Record, info: FrameInfo) -> str | None:
+    """The digest of the pending candidate `info` is (by seq, and by digest when it was read), or None."""
+    for seq, digest in rec.pending:
+        if seq == info.seq and info.digest in (None, digest):
+            return digest
+    return None
+
+
+def _digest(rec: Record, info: FrameInfo) -> str:
+    """The digest to commit for the frame `info` (judged OK or PENDING against `rec`)."""
+    if info.digest is not None:
+        return info.digest
+    return rec.digest if info.seq == rec.seq else _candidate(rec, info) or ""
+
+
 def settle(rec: Record, snap: Snapshot) -> Record:
     """`rec` with what the snapshot proves: a pending frame in place landed; a frame gone with an intent left."""
     info = snap.info
     if snap.verdict == PENDING and info is not None and info.seq is not None:
-        return _committed(rec, info.seq, info.digest, info.token.value)
+        return _committed(rec, info.seq, _digest(rec, info), info.token.value)
     if snap.verdict == GONE and info is None and rec.state == PARKED and rec.leave is not None:
         return msgspec.structs.replace(rec, state=rec.leave[1], leave=None)
     return rec
@@ -189,8 +210,11 @@ def _committed(rec: Record, seq: int, digest: str, token: int | str) -> Record:
     )
 
 
-def frame_info(found: tuple[bytes, Token] | None, identity: str, key: str) -> FrameInfo | None:
-    """The seq, digest and token of what the store holds under `key` (seq None if the header has none)."""
+def frame_info(found: tuple[bytes, Token] | None, identity: str, key: str, *, whole: bool = True) -> FrameInfo | None:
+    """The seq, digest and token of what the store holds under `key` (seq None if the header has none).
+
+    `whole=False`: `found` holds only the frame's head; the digest is left None.
+    """
     if found is None:
         return None
     data, token = found
@@ -198,7 +222,7 @@ def frame_info(found: tuple[bytes, Token] | None, identity: str, key: str) -> Fr
         seq = peek_header(data, identity, key)[0].seq
     except (FormatError, IntegrityError, TypeError, ValueError):
         seq = None
-    return FrameInfo(seq, hashlib.sha256(data).hexdigest(), token)
+    return FrameInfo(seq, hashlib.sha256(data).hexdigest() if whole else None, token)
 
 
 def _token_of(found: tuple[bytes, Token] | None) -> Token | None:
@@ -261,9 +285,19 @@ class Witness:
 
     # --- reading one key consistently ---------------------------------------------------------
 
-    def snapshot(self, name: str, key: str) -> Plan[Snapshot]:
+    def snapshot(self, name: str, key: str, *, whole: bool = True) -> Plan[Snapshot]:
         """Read the frame, then the record, and judge; a bad verdict stands only if the frame did not
-        change meanwhile (a save or claim racing the read is never taken for an attack)."""
+        change meanwhile (a save or claim racing the read is never taken for an attack).
+
+        `whole=False` reads only the frame's head (`head`), and keeps that read only when the
+        record names this very frame as landed (same seq, same generation, parked); anything
+        else is read and judged again whole. Only a save or a leave deciding what to write
+        reads heads, never a load.
+        """
+        if not whole:
+            snap = yield from self._head_snapshot(name, key)
+            if snap is not None:
+                return snap
         for _ in range(_TRIES):
             found = yield call("frames", "get", name)
             rec, wtoken = self.record(key, (yield call("witness", "get", self.name(key))))
@@ -275,6 +309,38 @@ class Witness:
             if _token_of(again) == _token_of(found):
                 return Snapshot(found, info, rec, wtoken, verdict)
         raise BackendError(f"the witness of {where(self.identity, key)} kept changing under the read: try again")
+
+    def _head_snapshot(self, name: str, key: str) -> Plan[Snapshot | None]:
+        """A snapshot from the frame's head alone, or None when the head is not enough.
+
+        Why the head stands for the frame here: the record names frame `seq` as landed at
+        generation `token`, and the frame in place carries that `seq` in its authenticated
+        header at that same generation. The witness hands out each `seq` of a key once (`top`
+        only grows), and any write to the frame -- a replay, an edit -- gives it another
+        generation, so this is the frame whose digest the record holds. (Putting bytes back
+        *with* an old generation is beyond this check as it is beyond the token check of
+        every load: the residual docs/store.md names.) A pending candidate, a frame the record
+        does not name, or a missing one is read and judged again whole.
+        """
+        found = yield from self.head(name)
+        rec, wtoken = self.record(key, (yield call("witness", "get", self.name(key))))
+        info = frame_info(found, self.identity, key, whole=False)
+        if info is None:  # nothing in place: the head read is the whole read
+            verdict = judge(rec, None)
+            return Snapshot(None, None, rec, wtoken, verdict) if verdict in _GOOD else None
+        if rec is None or rec.token is None or rec.token != info.token.value:
+            return None
+        if judge(rec, info) != OK:
+            return None
+        return Snapshot(found, info, rec, wtoken, OK)
+
+    def head(self, name: str) -> Plan[tuple[bytes, Token] | None]:
+        """The frame's first bytes, up to the end of its header, and its token (a second ranged read
+        only for a header longer than the first)."""
+        found: tuple[bytes, Token] | None = yield call("frames", "head", name, _HEAD_READ)
+        if found is not None and (need := header_size(found[0])) is not None and len(found[0]) < need <= _HEAD_MAX:
+            found = yield call("frames", "head", name, need)
+        return found
 
     def refuse(self, key: str, snap: Snapshot) -> None:
         """Raise `IntegrityError` for a snapshot whose frame is not the latest, or is missing."""
@@ -304,13 +370,17 @@ class Witness:
 
     def load(self, store: StoreCore, key: str, allow_expired: bool) -> Plan[Parked | None]:
         """`Store.load` with the witness: the frame opens, then must be the latest the witness saw."""
+        return (yield from self.load_seen(store, key, allow_expired))[0]
+
+    def load_seen(self, store: StoreCore, key: str, allow_expired: bool) -> Plan[tuple[Parked | None, Snapshot]]:
+        """`load`, and the snapshot it judged (a claim hands it to `leave`)."""
         name = store.name(key)
         snap = yield from self.snapshot(name, key)
         parked = store.opened(key, snap.found, True)  # a changed frame is refused as such first
         self.refuse(key, snap)
         if parked is not None and not allow_expired:
             store.check_deadline(key, parked)
-        return parked
+        return parked, snap
 
     def save(
         self,
@@ -328,7 +398,7 @@ class Witness:
         """
         name = store.name(key)
         for _ in range(_TRIES):
-            snap = yield from self.snapshot(name, key)
+            snap = yield from self.snapshot(name, key, whole=strict)
             current = _token_of(snap.found)
             if (if_absent and current is not None) or (if_match is not None and current != if_match):
                 raise TokenMismatch(
@@ -359,11 +429,24 @@ class Witness:
             return token
         raise BackendError(f"save at {where(self.identity, key)} kept losing to other writers of the key")
 
-    def leave(self, store: StoreCore, key: str, token: Token, how: str) -> Plan[None]:
-        """`Store.delete` (and a claim's or sweep's delete) with the witness: intent, delete, record how it left."""
+    def leave(
+        self, store: StoreCore, key: str, token: Token, how: str, seen: Snapshot | None = None, *, whole: bool = True
+    ) -> Plan[None]:
+        """`Store.delete` (and a claim's or sweep's delete) with the witness: intent, delete, record how it left.
+
+        `seen`: the snapshot the caller's load just took (a claim), used for the first try instead
+        of reading the frame and the record again; the intent is written by compare-and-swap on the
+        record's token and the delete is conditional on the frame's, so a stale one only costs a retry.
+        `whole=False` (a delete by a token the caller holds) reads the frame's head when the record
+        names it as landed (`snapshot`); a sweep or a prefix delete, deciding from listed headers,
+        reads and checks every frame whole.
+        """
         name = store.delete_name(key, token)
         for _ in range(_TRIES):
-            snap = yield from self.snapshot(name, key)
+            if seen is not None and seen.found is not None and seen.found[1] == token:
+                snap, seen = seen, None
+            else:
+                snap = yield from self.snapshot(name, key, whole=whole)
             if snap.found is None or snap.found[1] != token:
                 raise TokenMismatch(
                     f"{how} lost at {where(self.identity, key)}: the token no longer matches what is parked",
@@ -376,7 +459,8 @@ class Witness:
                 yield call("frames", "delete", name, token)
                 return None
             seq = info.seq
-            rec = _committed(snap.record or Record(key), seq, info.digest, token.value)
+            rec = snap.record or Record(key)
+            rec = _committed(rec, seq, _digest(rec, info), token.value)
             rec = msgspec.structs.replace(rec, leave=(seq, how))
             wtoken = snap.wtoken
             if rec != snap.record:
