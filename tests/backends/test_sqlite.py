@@ -215,3 +215,45 @@ def test_large_frames_are_written_by_blob_io_under_every_condition(tmp_path) -> 
     backend.delete("i/k", second)
     assert backend.get("i/k") is None
     backend.close()
+
+
+def test_a_large_write_that_fails_midway_leaves_the_old_frame_and_no_transaction(tmp_path) -> None:
+    from berth.backends import sqlite as module
+
+    backend = SqliteBackend(str(tmp_path / "b.db"))
+    old = b"o" * (2 * module._BLOB_PIECE)
+    token = backend.put("i/k", old)
+    conn = backend._conn()
+
+    class Broken:
+        def __init__(self, blob):
+            self.blob, self.writes = blob, 0
+
+        def __enter__(self):
+            self.blob.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self.blob.__exit__(*exc)
+
+        def write(self, data):
+            self.writes += 1
+            if self.writes == 2:
+                raise OSError("disk went away")
+            self.blob.write(data)
+
+    class BrokenBlobs:  # the thread's connection, whose blobs fail at their second write
+        def blobopen(self, *args):
+            return Broken(conn.blobopen(*args))
+
+        def __getattr__(self, name):
+            return getattr(conn, name)
+
+    backend._local.conn = BrokenBlobs()
+    with pytest.raises(OSError, match="disk went away"):
+        backend.put("i/k", b"n" * (2 * module._BLOB_PIECE))
+    backend._local.conn = conn
+    assert not conn.in_transaction
+    assert backend.get("i/k") == (old, token)
+    assert backend.put("i/k", b"fine", if_match=token)
+    backend.close()

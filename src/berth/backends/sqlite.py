@@ -266,10 +266,11 @@ class SqliteBackend(Backend):
                 with conn.blobopen("berth_frames", "data", rowid) as blob:
                     for at in range(0, len(view), _BLOB_PIECE):
                         blob.write(view[at : at + _BLOB_PIECE])
+                cur.execute("COMMIT")  # inside: a failed commit must not leave the transaction open
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
-            cur.execute("COMMIT")
         return Token(gen)
 
     def get(self, name: str) -> tuple[bytes, Token] | None:
