@@ -24,6 +24,7 @@ from berth._cli._failures import (
     show_warning,
     where,
 )
+from berth._cli._output import terminal_columns
 from berth._cli._settings import Settings
 
 __all__ = ["CONTEXT", "Group", "cli", "main", "output_options", "store_options"]
@@ -113,6 +114,8 @@ class Group(click.Group):
     ) -> Any:
         """Run the command line; exits with 0, 1 or 2 unless `standalone_mode=False`."""
         settings = extra.pop("obj", None) or Settings()
+        # The help's width, as click works it out, but without its `import shutil` (and bz2, lzma).
+        extra.setdefault("terminal_width", max(min(terminal_columns(), CONTEXT["max_content_width"]) - 2, 50))
         with warnings.catch_warnings(), log_to_stderr():
             warnings.showwarning = show_warning
             code = _run(
@@ -197,7 +200,7 @@ def _named(settings: Settings, exc: berth.BerthError) -> str:
     return f"{where(exc.identity or settings.who, key)}: {text}"
 
 
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 @click.group(

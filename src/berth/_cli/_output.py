@@ -48,6 +48,7 @@ __all__ = [
     "rfc3339",
     "size_text",
     "span",
+    "terminal_columns",
     "terminal_safe",
 ]
 
@@ -404,9 +405,7 @@ def print_listing(items: Iterable[berth.Listing], at: datetime, limit: int | Non
     page = [listing_cells(item, at) for item in itertools.islice(rows, first)]
     if not page:
         return 0, 0
-    import shutil
-
-    width = shutil.get_terminal_size((80, 24)).columns  # COLUMNS, else the terminal, else 80: as rich decides
+    width = terminal_columns()
     utf8 = (getattr(sys.stdout, "encoding", "") or "").lower().replace("-", "") == "utf8"
     table = ListingTable([cells for cells, _ in page], width, color=_color(sys.stdout), rule="\u2500" if utf8 else "-")
     out = Lines(first=len(page) + 2)
@@ -422,6 +421,23 @@ def print_listing(items: Iterable[berth.Listing], at: datetime, limit: int | Non
         shown += 1
     out.flush()
     return shown, shown + sum(1 for _ in rows)
+
+
+def terminal_columns() -> int:
+    """The terminal's width as `shutil.get_terminal_size` decides it: COLUMNS, else stdout's terminal, else 80.
+
+    Without importing shutil, which imports bz2 and lzma: a start-up cost of every command.
+    """
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
 
 
 def _color(stream: Any) -> bool:
