@@ -11,7 +11,9 @@ round, interleaved (so the load of a shared machine falls on all three alike):
 - async at the sync run's concurrency: `--tasks` cycles, at most `--threads` at once
   (a semaphore), in one event loop -- the like-for-like ratio;
 - sync: the same `--tasks` cycles on `berth.Store` from `--threads` threads;
-- async, wide: `--tasks` tasks in one event loop each run one cycle at once.
+- async, wide: `--tasks` tasks in one event loop each run one cycle at once;
+- the first two again with every thread of the process on one CPU (the same CPU budget
+  for the loop and for the threads: the threads cannot overlap their work on two cores).
 
 During the async rounds a ticker task sleeps 1 ms at a time and records how late it
 wakes (the event loop's lag: with 1,000 tasks ready at once it waits for all of their
@@ -240,10 +242,19 @@ def measure(kind: str, tasks: int, threads: int, rounds: int, urls: dict[str, st
             if sstore.claim(key) is None:
                 raise AssertionError(f"lost {key}")
 
-        like, wide = _Async(), _Async()
+        like, wide, like_one = _Async(), _Async(), _Async()
         sync_rates: list[float] = []
+        sync_one: list[float] = []
         sync_cpu = 0.0
         loads: list[float] = []
+        every = os.sched_getaffinity(0)
+        one = {max(every)}
+
+        def sync_round(tag: str) -> float:
+            start = time.perf_counter()
+            list(pool.map(cycle, [f"{tag}/{i}" for i in range(tasks)]))
+            return tasks / (time.perf_counter() - start)
+
         try:
             with ThreadPoolExecutor(threads) as pool:
                 warm = min(tasks, 50)
@@ -252,11 +263,17 @@ def measure(kind: str, tasks: int, threads: int, rounds: int, urls: dict[str, st
                 for r in range(rounds):
                     loads.append(os.getloadavg()[0])
                     like.round(loop, _async_round(astore, env, tasks, threads, f"a{r}"), tasks)
-                    cpu, start = time.process_time(), time.perf_counter()
-                    list(pool.map(cycle, [f"s{r}/{i}" for i in range(tasks)]))
-                    sync_rates.append(tasks / (time.perf_counter() - start))
+                    cpu = time.process_time()
+                    sync_rates.append(sync_round(f"s{r}"))
                     sync_cpu += time.process_time() - cpu
                     wide.round(loop, _async_round(astore, env, tasks, tasks, f"w{r}"), tasks)
+                    # The same two on one core: the same CPU budget for the loop and for the threads.
+                    _pin(one)
+                    try:
+                        like_one.round(loop, _async_round(astore, env, tasks, threads, f"a1-{r}"), tasks)
+                        sync_one.append(sync_round(f"s1-{r}"))
+                    finally:
+                        _pin(every)
         finally:
             sstore.close()
             loop.run_until_complete(astore.aclose())
@@ -272,10 +289,21 @@ def measure(kind: str, tasks: int, threads: int, rounds: int, urls: dict[str, st
         "async_like": like.result(),
         "sync": sync,
         "ratios": ratios,
+        "one_core": {"async": like_one.rates, "sync": sync_one},
+        "ratios_one_core": [a / s for a, s in zip(like_one.rates, sync_one, strict=True)],
         "loads": loads,
         "tasks": tasks,
         "threads": threads,
     }
+
+
+def _pin(cpus: set[int]) -> None:
+    """Every thread of this process onto `cpus` (threads made later inherit it from their maker)."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except (ProcessLookupError, OSError):
+            pass  # a thread that ended meanwhile
 
 
 def run(kinds: list[str], urls: dict[str, str], quick: bool) -> dict[str, Any]:
