@@ -611,13 +611,15 @@ def aio_section(res: dict[str, Any], goals: Goals) -> list[str]:
         "threads overlap the work they do without the GIL (libpq and socket calls, kernel copies) on the second "
         "core, and on an oversubscribed machine hold many places in the run queue where the loop holds one "
         "(/proc/self/task/*/schedstat in a side run at a load average of 7: the loop thread was running or "
-        "runnable 100% of the time and got 0.47 of a core; the 32 sync threads together got 0.56-0.82). *The "
-        "same, both on one core* runs async and sync again with every thread of the process on one CPU: the same "
-        "CPU budget, which is the like-for-like comparison of what each API costs; the first ratio is what a "
-        "host on this loaded 2-core machine sees. The async Redis backend sends its commands on pooled "
-        "connections directly (redis.asyncio's client path cost ~340 µs of CPU per SET + GET against ~190 µs "
-        "for the sync client); psycopg's async cursor waits on the event loop per statement (a reader "
-        "registered, a future and a timer per wait), which is what is left of PostgreSQL's difference in CPU."
+        "runnable 100% of the time and got 0.47 of a core; the 32 sync threads together got 0.56-0.82). "
+        "*The same, both on one core* runs async and sync again with every thread of the process on one CPU: "
+        "the threads can no longer overlap work on two cores, but on a loaded machine they still hold more "
+        "places in that core's run queue than the loop does, so neither ratio is the cost of the API alone; "
+        "*client CPU per cycle* is, and it is the figure to compare across runs and machines. The async Redis "
+        "backend sends its commands on pooled connections directly (redis.asyncio's client path cost ~340 µs "
+        "of CPU per SET + GET against ~190 µs for the sync client); psycopg's async cursor waits on the event "
+        "loop per statement (a reader registered, a future and a timer per wait), which is what is left of "
+        "PostgreSQL's difference in CPU."
     )
     out.append("")
     return out
