@@ -21,7 +21,7 @@ import pytest
 
 import berth
 import berth.aio
-from berth._plan import Call, run
+from berth._plan import INLINE, Call, run
 from berth.backends import open_backend
 from berth.backends.memory import MemoryBackend
 from berth.testing import AsyncStoreContract, StoreContract, make_envelope
@@ -341,7 +341,7 @@ def test_the_coordinator_never_resumes_a_replayed_run(setup: Setup) -> None:
 
 def _steps(store: berth.Store, plan: Any) -> int:
     """How many I/O steps `plan` makes when it runs to its end."""
-    targets = {"frames": store.backend, "witness": store.core.witness.backend}  # type: ignore[union-attr]
+    targets = {"frames": store.backend, "witness": store.core.witness.backend, "cpu": INLINE}  # type: ignore[union-attr]
     n, step = 0, next(plan)
     try:
         while True:
@@ -353,7 +353,7 @@ def _steps(store: berth.Store, plan: Any) -> int:
 
 def _killed_after(store: berth.Store, plan: Any, steps: int) -> None:
     """Run the first `steps` I/O steps of `plan`, then drop it: a SIGKILL at that point."""
-    targets = {"frames": store.backend, "witness": store.core.witness.backend}  # type: ignore[union-attr]
+    targets = {"frames": store.backend, "witness": store.core.witness.backend, "cpu": INLINE}  # type: ignore[union-attr]
     step: Call = next(plan)
     for _ in range(steps):
         try:
@@ -400,7 +400,7 @@ class _Reads:
 
 
 def _targets(store: berth.Store) -> dict[str, Any]:
-    return {"frames": store.backend, "witness": store.core.witness.backend}  # type: ignore[union-attr]
+    return {"frames": store.backend, "witness": store.core.witness.backend, "cpu": INLINE}  # type: ignore[union-attr]
 
 
 def test_a_save_and_a_delete_read_only_heads_and_a_claim_reads_the_frame_once(store: berth.Store) -> None:
@@ -410,7 +410,7 @@ def test_a_save_and_a_delete_read_only_heads_and_a_claim_reads_the_frame_once(st
     env = make_envelope("r1", provider_state={"blob": "x" * 200_000})
     _park(store, "a", "r0")
     frames = _Reads(store.backend)
-    targets = {"frames": frames, "witness": store.core.witness.backend}
+    targets = {"frames": frames, "witness": store.core.witness.backend, "cpu": INLINE}
     build = functools.partial(store.core.seal, "a", env, store.now())
     run(store.core.witness.save(store.core, "a", build, False, None), targets)  # over a landed frame
     assert frames.calls["get"] == 0 and frames.calls["head"] == 1, frames.calls
@@ -601,6 +601,55 @@ def test_async_store_has_the_witness_too(kind: str, tmp_path: Path, request: pyt
         close: Callable[[], None] | None = getattr(raw, "close", None)
         if close is not None:
             close()
+
+
+def test_async_seals_hashes_and_opens_a_large_witnessed_frame_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    import berth._witness as witness_module
+    from berth._store import StoreCore
+
+    where: dict[str, list[tuple[bool, bool]]] = {"seal": [], "hash": [], "open": []}  # (large, on the loop)
+    real_seal, real_open, real_info = StoreCore.seal, StoreCore.opened, witness_module.frame_info
+
+    def on_loop(what: str, data: bytes | None) -> None:
+        large = data is not None and len(data) >= berth.aio.OFF_LOOP_BYTES
+        where[what].append((large, threading.current_thread() is threading.main_thread()))
+
+    def seal(self: StoreCore, *args: Any) -> Any:
+        frame = real_seal(self, *args)
+        on_loop("seal", frame)
+        return frame
+
+    def opened(self: StoreCore, key: str, found: Any, *args: Any) -> Any:
+        on_loop("open", None if found is None else found[0])
+        return real_open(self, key, found, *args)
+
+    def frame_info(found: Any, *args: Any, **kwargs: Any) -> Any:
+        on_loop("hash", None if found is None else found[0])
+        return real_info(found, *args, **kwargs)
+
+    monkeypatch.setattr(StoreCore, "seal", seal)
+    monkeypatch.setattr(StoreCore, "opened", opened)
+    monkeypatch.setattr(witness_module, "frame_info", frame_info)
+    big = {"blob": "x" * (berth.aio.OFF_LOOP_BYTES + 1)}
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+
+    async def main() -> None:
+        url, witness_url = f"memory://s{uuid.uuid4().hex}", f"memory://w{uuid.uuid4().hex}"
+        async with berth.aio.open_store(url, identity=IDENTITY, sealer=sealer, witness=witness_url) as store:
+            await store.save("small", make_envelope())
+            await store.save("big", make_envelope(provider_state=big))
+            assert (await store.load("small")) is not None
+            parked = await store.load("big")
+            assert parked is not None and parked.envelope.state() == big
+            assert (await store.claim("big")) is not None
+            seen = {what: list(calls) for what, calls in where.items()}
+            assert (await store.audit()).ok  # (audit runs in a worker thread, as without a witness)
+            where.update(seen)
+
+    asyncio.run(main())  # the loop runs in the main thread
+    for what, calls in where.items():  # small on the loop, large off it; and some of each
+        assert {large for large, _ in calls} == {True, False}, (what, calls)
+        assert all(large != on for large, on in calls), (what, calls)
 
 
 # --- the whole store contract, with a witness ----------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from berth._envelope import Envelope
 from berth._errors import TokenMismatch
-from berth._plan import Plan, arun
+from berth._plan import OFF_LOOP_BYTES, Plan, arun
 from berth._sealer import Sealer
 from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Parked, ResealReport, Store
 from berth._token import Token
@@ -30,13 +30,21 @@ from berth.backends._aio import AsyncBackend, sync_twin
 
 __all__ = ["OFF_LOOP_BYTES", "AsyncStore"]
 
-OFF_LOOP_BYTES = 256 * 1024
-"""States and frames at least this large are sealed and opened in a worker thread, not on the loop."""
-
 _ROWS_PER_STEP = 64  # an enumeration lets the loop run other tasks after this many rows (~1 ms of headers)
 _DELETE_BATCH = 128  # frames per delete_many of delete_prefix (the sync store's 500 took ~10 ms of one loop step)
 
 T = TypeVar("T")
+
+
+class _OffLoop:
+    """`berth._plan.cpu`'s "cpu" role under `arun`: large work in a worker thread, off the event loop."""
+
+    @staticmethod
+    async def run(fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.to_thread(fn, *args)
+
+
+_OFF_LOOP = _OffLoop()
 
 
 class AsyncStore:
@@ -129,7 +137,7 @@ class AsyncStore:
     async def _witnessed(self, key: str, what: str, plan: Plan[T]) -> T:
         """Await a witness plan (berth._witness) over this store's backend and its witness's."""
         try:
-            return await arun(plan, {"frames": self.backend, "witness": self._witness_backend})
+            return await arun(plan, {"frames": self.backend, "witness": self._witness_backend, "cpu": _OFF_LOOP})
         except Exception as exc:
             self._core.reraise(exc, key, what)
 
@@ -143,7 +151,7 @@ class AsyncStore:
     async def _cpu(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         if size < OFF_LOOP_BYTES:
             return fn(*args)
-        return await asyncio.to_thread(fn, *args)
+        return await _OFF_LOOP.run(fn, *args)
 
     # --- the contract ------------------------------------------------------------------
 
@@ -156,9 +164,9 @@ class AsyncStore:
         core.check_condition(key, if_absent, if_match)
         if core.witness is not None:
             build = core.witness_build(key, envelope)
-            return await self._witnessed(key, "save", core.witness.save(core, key, build, if_absent, if_match))
-        state = getattr(envelope, "provider_state", b"")
-        frame = await self._cpu(len(state) if isinstance(state, bytes) else 0, core.build, key, envelope)
+            plan = core.witness.save(core, key, build, if_absent, if_match, size=core.state_size(envelope))
+            return await self._witnessed(key, "save", plan)
+        frame = await self._cpu(core.state_size(envelope), core.build, key, envelope)
         try:
             return await self.backend.put(name, frame, if_match=if_match, if_absent=if_absent)
         except Exception as exc:
@@ -338,10 +346,11 @@ class AsyncStore:
                 return False
             data, token = found
             if core.witness is not None:
-                env = core.open(key, data)
+                env = await self._cpu(len(data), core.open, key, data)
                 assert env.created_at is not None
                 build = functools.partial(core.seal, key, env, env.created_at)
-                await self._witnessed(key, "reseal", core.witness.save(core, key, build, False, token, strict=True))
+                plan = core.witness.save(core, key, build, False, token, strict=True, size=len(data))
+                await self._witnessed(key, "reseal", plan)
                 return True
             frame = await self._cpu(len(data), core.resealed, key, data)
             try:

@@ -13,10 +13,10 @@ store's compare-and-swap loops) instead of two copies kept in step by hand.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-__all__ = ["Call", "Plan", "arun", "call", "run"]
+__all__ = ["INLINE", "OFF_LOOP_BYTES", "Call", "Inline", "Plan", "arun", "call", "cpu", "run"]
 
 T = TypeVar("T")
 
@@ -36,6 +36,30 @@ Plan = Generator[Call, Any, T]
 def call(role: str, method: str, *args: Any, **kwargs: Any) -> Call:
     """The step that calls `method` of the object playing `role`."""
     return Call(role, method, args, kwargs)
+
+
+OFF_LOOP_BYTES = 256 * 1024
+"""States and frames at least this large are sealed and opened in a worker thread, not on the loop."""
+
+
+def cpu(size: int, fn: Callable[..., T], *args: Any) -> Plan[T]:
+    """`fn(*args)`, work over `size` bytes: inline when small; when large, a call of the "cpu" role,
+    which `Inline` runs in place and `berth.aio` in a worker thread, off the event loop."""
+    if size < OFF_LOOP_BYTES:
+        return fn(*args)
+    result: T = yield call("cpu", "run", fn, *args)
+    return result
+
+
+class Inline:
+    """The sync driver's "cpu" role: runs the work where it is."""
+
+    @staticmethod
+    def run(fn: Callable[..., T], *args: Any) -> T:
+        return fn(*args)
+
+
+INLINE = Inline()
 
 
 def run(plan: Plan[T], targets: Mapping[str, Any]) -> T:

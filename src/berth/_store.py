@@ -41,7 +41,7 @@ from berth._errors import (
 )
 from berth._keys import validate_identity, validate_key
 from berth._plaintext import PlaintextSealer
-from berth._plan import Plan, call, run
+from berth._plan import INLINE, Plan, call, run
 from berth._redact import redact_url
 from berth._sealer import PartsSealer, Sealer, as_parts, check_sealer
 from berth._time import utcnow
@@ -322,6 +322,12 @@ class StoreCore:
                 identity=self.identity,
                 key=key,
             )
+
+    @staticmethod
+    def state_size(env: Envelope) -> int:
+        """The bytes of `env`'s state: what sealing it costs, to decide whether async work leaves the loop."""
+        state = getattr(env, "provider_state", b"")
+        return len(state) if isinstance(state, (bytes, bytearray, memoryview)) else 0
 
     def witness_build(self, key: str, env: Envelope) -> Callable[[int], bytes]:
         """What a witnessed save seals once it has its sequence number; every check made now, before any I/O."""
@@ -654,7 +660,10 @@ class Store:
         self.core.check_condition(key, if_absent, if_match)
         if self.core.witness is not None:
             build = self.core.witness_build(key, envelope)
-            return self._witnessed(key, "save", self.core.witness.save(self.core, key, build, if_absent, if_match))
+            plan = self.core.witness.save(
+                self.core, key, build, if_absent, if_match, size=self.core.state_size(envelope)
+            )
+            return self._witnessed(key, "save", plan)
         frame = self.core.build(key, envelope)
         try:
             return self.backend.put(name, frame, if_match=if_match, if_absent=if_absent)
@@ -717,7 +726,7 @@ class Store:
         """Run a witness plan (berth._witness) over this store's backend and its witness's."""
         assert self.core.witness is not None
         try:
-            return run(plan, {"frames": self.backend, "witness": self.core.witness.backend})
+            return run(plan, {"frames": self.backend, "witness": self.core.witness.backend, "cpu": INLINE})
         except Exception as exc:
             _reraise(exc, self.identity, key, what)
 

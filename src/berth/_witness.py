@@ -60,7 +60,7 @@ import msgspec
 
 from berth._codec import FORMAT_VERSION, MAGIC, MAX_HEADER, PREFIX_SIZE, build_aad, header_size, peek_header
 from berth._errors import BackendError, BerthError, FormatError, IntegrityError, TokenMismatch, where
-from berth._plan import Plan, call, run
+from berth._plan import INLINE, Plan, call, cpu, run
 from berth._sealer import Sealer
 from berth._token import Token
 from berth.backends import Backend
@@ -225,6 +225,16 @@ def frame_info(found: tuple[bytes, Token] | None, identity: str, key: str, *, wh
     return FrameInfo(seq, hashlib.sha256(data).hexdigest() if whole else None, token)
 
 
+def _size(found: tuple[bytes, Token] | None) -> int:
+    return 0 if found is None else len(found[0])
+
+
+def _sealed(build: Callable[[int], bytes], seq: int) -> tuple[bytes, str]:
+    """The frame `build` seals for `seq`, and its digest (one piece of work, off the loop when large)."""
+    frame = build(seq)
+    return frame, hashlib.sha256(frame).hexdigest()
+
+
 def _token_of(found: tuple[bytes, Token] | None) -> Token | None:
     return None if found is None else found[1]
 
@@ -301,7 +311,7 @@ class Witness:
         for _ in range(_TRIES):
             found = yield call("frames", "get", name)
             rec, wtoken = self.record(key, (yield call("witness", "get", self.name(key))))
-            info = frame_info(found, self.identity, key)
+            info = yield from cpu(_size(found), frame_info, found, self.identity, key)
             verdict = judge(rec, info)
             if verdict in _GOOD:
                 return Snapshot(found, info, rec, wtoken, verdict)
@@ -376,7 +386,8 @@ class Witness:
         """`load`, and the snapshot it judged (a claim hands it to `leave`)."""
         name = store.name(key)
         snap = yield from self.snapshot(name, key)
-        parked = store.opened(key, snap.found, True)  # a changed frame is refused as such first
+        # a changed frame is refused as such first
+        parked = yield from cpu(_size(snap.found), store.opened, key, snap.found, True)
         self.refuse(key, snap)
         if parked is not None and not allow_expired:
             store.check_deadline(key, parked)
@@ -391,10 +402,12 @@ class Witness:
         if_match: Token | None,
         *,
         strict: bool = False,
+        size: int = 0,
     ) -> Plan[Token]:
         """`Store.save` with the witness: record the candidate, write the frame, record that it landed.
 
-        `strict` (reseal) refuses to write over a frame the witness does not stand behind.
+        `strict` (reseal) refuses to write over a frame the witness does not stand behind. `size`:
+        the bytes `build` seals (a large frame is sealed and hashed off an async caller's loop).
         """
         name = store.name(key)
         for _ in range(_TRIES):
@@ -412,8 +425,7 @@ class Witness:
                 log.warning("berth: saving over %s although %s", where(self.identity, key), snap.verdict)
             rec = settle(snap.record or Record(key), snap)
             seq = max(rec.top, rec.seq, *(p[0] for p in rec.pending)) + 1
-            frame = build(seq)
-            digest = hashlib.sha256(frame).hexdigest()
+            frame, digest = yield from cpu(size, _sealed, build, seq)
             rec = msgspec.structs.replace(rec, pending=(*rec.pending, (seq, digest)), top=seq)
             try:
                 wtoken = yield from self._put(rec, snap.wtoken)
@@ -503,7 +515,7 @@ class Witness:
         """Compare every frame with its record, and every record with its frame (sync: run by `Store.audit`)."""
         bad: dict[str, list[str]] = {MISSING: [], REPLAYED: [], UNKNOWN: [], "tampered": []}
         seen: set[str] = set()
-        targets = {"frames": store.backend, "witness": self.backend}
+        targets = {"frames": store.backend, "witness": self.backend, "cpu": INLINE}
         checked = 0
         for key in self._keys(store):
             if key in seen:
