@@ -257,3 +257,29 @@ def test_a_large_write_that_fails_midway_leaves_the_old_frame_and_no_transaction
     assert backend.get("i/k") == (old, token)
     assert backend.put("i/k", b"fine", if_match=token)
     backend.close()
+
+
+def test_a_batch_delete_whose_commit_fails_rolls_back(tmp_path) -> None:
+    import sqlite3
+
+    backend = SqliteBackend(str(tmp_path / "b.db"))
+    tokens = [backend.put(f"i/{n}", b"frame") for n in range(3)]
+    conn = backend._conn()
+
+    class FailingCommit:  # the thread's connection, whose COMMIT fails (disk full, say)
+        def execute(self, sql, *args):
+            if sql == "COMMIT":
+                raise sqlite3.OperationalError("database or disk is full")
+            return conn.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(conn, name)
+
+    backend._local.conn = FailingCommit()
+    with pytest.raises(berth.BackendError, match="disk is full"):
+        backend.delete_many([(f"i/{n}", t) for n, t in enumerate(tokens)])
+    backend._local.conn = conn
+    assert not conn.in_transaction
+    assert [backend.get(f"i/{n}") is not None for n in range(3)] == [True, True, True]
+    assert backend.delete_many([(f"i/{n}", t) for n, t in enumerate(tokens)]) == [True, True, True]
+    backend.close()

@@ -382,10 +382,11 @@ class SqliteBackend(Backend):
                         continue
                     cur = conn.execute("DELETE FROM berth_frames WHERE name = ? AND gen = ?", (name, token.value))
                     out.append(cur.rowcount == 1)
+                conn.execute("COMMIT")  # inside: a failed commit must not leave the transaction open
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
         return out
 
     def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
