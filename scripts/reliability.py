@@ -52,7 +52,18 @@ from tests.reliability._common import Result, sealer_names  # noqa: E402
 
 DOC = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- reliability:begin -->", "<!-- reliability:end -->"
-SCENARIOS = ["tamper", "fuzz", "leaks", "crash", "crash-witness", "races", "faults", "server-crash", "hostile"]
+SCENARIOS = [
+    "tamper",
+    "fuzz",
+    "leaks",
+    "crash",
+    "crash-witness",
+    "races",
+    "races-witness",
+    "faults",
+    "server-crash",
+    "hostile",
+]
 NETWORK = ["postgresql", "redis", "s3", "gcs"]
 UNRECORDED = "-"  # the commit of a row measured before rows named theirs (its run line above may name it)
 
@@ -63,6 +74,7 @@ TITLES = {
     "crash": "crash: SIGKILL mid save/load/claim",
     "crash-witness": "crash with a witness: SIGKILL mid save/load/claim, then older frames replayed",
     "races": "races: claimers x re-saver x sweeper",
+    "races-witness": "races with a witness: claimers x re-saver x sweeper",
     "faults": "server faults: cut / down / lost response mid save, load, claim",
     "server-crash": "server crash: SIGKILL + restart mid save, load, claim",
     "hostile": "hostile: attacks at the seams (issue 12)",
@@ -73,6 +85,7 @@ LONG = {
     "crash": 250,
     "crash-witness": 250,
     "races": 10_000,
+    "races-witness": 2000,
     "faults": 3000,
     "lost": 200,
     "server-crash": 3000,
@@ -88,6 +101,7 @@ QUICK = {
     "crash": 20,
     "crash-witness": 10,
     "races": 150,
+    "races-witness": 60,
     "faults": 150,
     "lost": 5,
     "server-crash": 120,
@@ -215,6 +229,8 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
                     budget=3600,
                 ),
             )
+    if "races-witness" in args.only:
+        yield from _races_witness(n["races-witness"], work, local, network, addresses)
     if "faults" in args.only:
         for backend in network:
             address = addresses.get(backend)
@@ -240,6 +256,38 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
                 yield "server-crash", backend, lambda: None
                 continue
             yield "server-crash", backend, lambda c=cls: _server_crash(c, n["server-crash"])
+
+
+def _races_witness(
+    keys: int, work: Path, local: list[str], network: list[str], addresses: dict[str, Any]
+) -> Iterator[tuple[str, str, Callable[[], Any]]]:
+    """The races with a witness beside each store: local backends, PostgreSQL and Redis."""
+    for backend in local:
+        opener = test_races.local_openers(work / f"races-witness-{backend}", witness=True)[backend]
+        yield (
+            "races-witness",
+            backend,
+            lambda b=backend, o=opener: test_races.run_races(
+                b, o, work / f"races-witness-work-{b}", keys=keys, processes=b != "memory", budget=1800, witness=True
+            ),
+        )
+    for backend in [b for b in network if b in ("postgresql", "redis")]:
+        address = addresses.get(backend)
+        if not address or not _backend_present(backend):
+            yield "races-witness", backend, lambda: None
+            continue
+        yield (
+            "races-witness",
+            backend,
+            lambda b=backend, a=address: test_races.run_races(
+                b,
+                test_races.network_opener(b, a, witness=True),
+                work / f"races-witness-work-{b}",
+                keys=keys,
+                budget=3600,
+                witness=True,
+            ),
+        )
 
 
 def _hostile(
@@ -371,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     commit = measured_commit(ROOT, generated=["docs/reliability.md"])
     rows: list[Result] = []
-    wanted = [b for b in NETWORK if b in args.backends and {"races", "faults", "hostile"} & set(args.only)]
+    served = {"races", "races-witness", "faults", "hostile"}  # the scenarios that run on the servers
+    wanted = [b for b in NETWORK if b in args.backends and served & set(args.only)]
     with servers(wanted) as addresses:
         for scenario, backend, thunk in plan(args, addresses):
             t = time.monotonic()

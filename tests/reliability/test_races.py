@@ -12,7 +12,10 @@ process sweeps in a loop. Afterwards the parent claims whatever is left, and:
   re-save, was claimed exactly once (zero lost re-saves), and every run parked
   at the start that was neither expired nor superseded was claimed exactly once.
 
-The memory backend runs the same scenario with threads.
+The memory backend runs the same scenario with threads. With a witness (issue 20:
+every opener can take one, in another file, table or key prefix), the same checks
+hold, no worker sees an `IntegrityError` (a race is never taken for a replay or a
+missing run), and the audit afterwards is clean.
 """
 
 from __future__ import annotations
@@ -111,13 +114,15 @@ def run_races(
     sweep_pause: float = 0.0,
     budget: float = 900.0,
     scan: Path | None = None,
+    witness: bool = False,
 ) -> Result:
     """Race `claimers` claimers, a re-saver and a sweeper over `keys` keys; count failed keys and worker errors.
 
     With `scan` (a local store's directory), every file under it is then checked for the
-    plaintext marker and for modes 0600 / 0700, as the crash trials check theirs.
+    plaintext marker and for modes 0600 / 0700, as the crash trials check theirs. `witness`:
+    the stores `open_store` opens have a witness; the audit after the final claims must be clean.
     """
-    result = Result("races: claimers x re-saver x sweeper", backend)
+    result = Result(f"races{' with a witness' if witness else ''}: claimers x re-saver x sweeper", backend)
     root.mkdir(parents=True, exist_ok=True)
     timer = Timer(budget)
     names = _keys(keys)
@@ -175,7 +180,14 @@ def run_races(
             continue
         if got is not None:
             leftover.append(got.run_id)
+    audit = store.audit() if witness else None
     store.close()
+    if audit is not None and not audit.ok:
+        result.fail(
+            f"audit after the races: {len(audit.missing)} missing, {len(audit.replayed)} replayed, "
+            f"{len(audit.unknown)} unknown, {len(audit.tampered)} tampered (first: "
+            f"{(audit.missing + audit.replayed + audit.unknown + audit.tampered)[:3]})"
+        )
     won = Counter(run for c in claims for run in c["won"])
     won.update(leftover)
     acked = resaver["acked"]
@@ -200,7 +212,8 @@ def run_races(
                 bad.add(key)
                 result.fail(f"{run} acknowledged but claimed {won[run]} times (lost)")
     result.trials = keys
-    result.failures = len(bad) + len(worker_errors)  # failed keys (not symptoms), plus every worker error
+    # failed keys (not symptoms), plus every worker error, plus an audit that is not clean
+    result.failures = len(bad) + len(worker_errors) + (audit is not None and not audit.ok)
     scanned = scan_tree(scan, result) if scan is not None else 0
     if scan is not None and scanned < 2:
         result.fail(f"nothing to scan under {scan}: the leak scan checked no store")
@@ -211,6 +224,7 @@ def run_races(
         f"{claimers} claimers: {total_claims} wins, {expired_seen} expired refusals; "
         f"{len(acked)} re-saves; sweeper removed {sweep['removed']} in {sweep['sweeps']} sweeps; "
         f"{len(leftover)} left for the final claim"
+        + (f"; audit clean over {audit.checked} keys" if audit is not None and audit.ok else "")
         + (f"; {scanned} files and directories scanned for the marker and modes" if scan is not None else ""),
     )
     result.seconds = timer.elapsed()
@@ -220,12 +234,12 @@ def run_races(
 # --- openers (module level: the worker processes are forked, nothing is pickled) ---------
 
 
-def memory_opener(_: Path) -> Opener:
+def memory_opener(_: Path, *, witness: bool = False) -> Opener:
     from berth.backends.memory import MemoryBackend
 
-    backend = MemoryBackend()
+    backend, records = MemoryBackend(), MemoryBackend() if witness else None
     sealer = berth.AesGcmSealer(berth.Keyring.generate())
-    return lambda: berth.Store(backend, identity="race", sealer=sealer)
+    return lambda: berth.Store(backend, identity="race", sealer=sealer, witness=records)
 
 
 def url_opener(url: str, identity: str | None = None, **options: Any) -> Opener:
@@ -240,12 +254,21 @@ def url_opener(url: str, identity: str | None = None, **options: Any) -> Opener:
     return opener
 
 
-def network_opener(backend: str, address: str) -> Opener:
-    """A store on a network backend: `address` is the DSN, Redis URL or moto endpoint."""
+def network_opener(backend: str, address: str, *, witness: bool = False) -> Opener:
+    """A store on a network backend: `address` is the DSN, Redis URL or moto endpoint.
+
+    `witness` (PostgreSQL and Redis): a witness in another table or under another key prefix.
+    """
     if backend == "postgresql":
         sep = "&" if "?" in address else "?"
+        if witness:
+            return url_opener(
+                f"{address}{sep}table=reliability_frames", witness=f"{address}{sep}table=reliability_witness"
+            )
         return url_opener(f"{address}{sep}table=reliability_frames")
     if backend == "redis":
+        if witness:
+            return url_opener(f"{address}?prefix=reliability:", witness=f"{address}?prefix=reliability-witness:")
         return url_opener(f"{address}?prefix=reliability:")
     if backend == "s3":
         import boto3
@@ -265,12 +288,15 @@ def gcs_opener(fake: Any) -> Opener:
     return url_opener(f"gs://{bucket}/races", endpoint=fake.url)
 
 
-def local_openers(root: Path) -> dict[str, Opener]:
+def local_openers(root: Path, *, witness: bool = False) -> dict[str, Opener]:
+    """Openers of memory, file and SQLite stores under `root`; `witness`: each with a witness beside it."""
     root.mkdir(parents=True, exist_ok=True)
+    file_witness = {"witness": f"file://{root / 'file-witness'}"} if witness else {}
+    sqlite_witness = {"witness": f"sqlite:///{root / 'witness.db'}"} if witness else {}
     return {
-        "memory": memory_opener(root),
-        "file": url_opener(f"file://{local_store_dir(root, 'file')}"),
-        "sqlite": url_opener(f"sqlite:///{local_store_dir(root, 'sqlite')}/berth.db"),
+        "memory": memory_opener(root, witness=witness),
+        "file": url_opener(f"file://{local_store_dir(root, 'file')}", **file_witness),
+        "sqlite": url_opener(f"sqlite:///{local_store_dir(root, 'sqlite')}/berth.db", **sqlite_witness),
     }
 
 
@@ -334,6 +360,33 @@ def test_races_network_long(backend: str, request: pytest.FixtureRequest, tmp_pa
     result = run_races(backend, _network(backend, request), tmp_path / "work", keys=10_000, budget=1800)
     assert result.trials == 10_000
     _check(result)
+
+
+WITNESSED = {"postgresql": "postgres_dsn", "redis": "redis_url"}
+
+
+def _witnessed_races(backend: str, request: pytest.FixtureRequest, tmp_path: Path, keys: int, budget: float) -> None:
+    if backend in WITNESSED:
+        opener = network_opener(backend, request.getfixturevalue(WITNESSED[backend]), witness=True)
+    else:
+        opener = local_openers(tmp_path, witness=True)[backend]
+    work = tmp_path / "work"
+    result = run_races(backend, opener, work, keys=keys, processes=backend != "memory", budget=budget, witness=True)
+    assert result.trials == keys and result.scenario.startswith("races with a witness")
+    summary = result.notes[0]
+    _check(result)
+    assert f"audit clean over {keys} keys" in summary, summary
+
+
+@pytest.mark.parametrize("backend", ["memory", "file", "sqlite", *WITNESSED])
+def test_races_with_a_witness(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    _witnessed_races(backend, request, tmp_path, keys=60, budget=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["memory", "file", "sqlite", *WITNESSED])
+def test_races_with_a_witness_long(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    _witnessed_races(backend, request, tmp_path, keys=2000, budget=1800)
 
 
 def test_the_race_accounting_catches_a_claim_that_is_not_conditional(tmp_path: Path) -> None:
