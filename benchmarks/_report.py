@@ -387,7 +387,7 @@ def startup_section(res: dict[str, Any], goals: Goals) -> list[str]:
     out.append("")
     out.append(
         "| command | wall ms (median, min-max) | over bare ms (median) | CPU ms (median) | CPU over bare | load |"
-    )  # noqa: E501
+    )
     out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
     bare, bare_cpu = res["runs"]["bare python"], res.get("cpu", {}).get("bare python")
     for name, runs in res["runs"].items():
