@@ -18,6 +18,7 @@ import msgspec
 
 from berth._atomic import make_dirs, remove_stale_temps, write_atomic
 from berth._errors import IntegrityError
+from berth._sealer import LARGE_FRAME
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -28,7 +29,7 @@ _NONCE = 12
 _TAG = 16
 _FORMAT = 1
 _KEYRING_FORMAT = 1
-_STREAM = 1 << 20  # bodies from this size are encrypted and decrypted piece by piece, never copied whole
+_STREAM = LARGE_FRAME  # bodies from this size are encrypted and decrypted piece by piece, never copied whole
 
 
 def new_aead(key: bytes) -> AESGCM:

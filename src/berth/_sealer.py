@@ -14,7 +14,12 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Protocol, runtime_checkable
 
-__all__ = ["PartsSealer", "Sealer", "as_parts", "check_sealer"]
+__all__ = ["LARGE_FRAME", "PartsSealer", "Sealer", "as_parts", "check_sealer"]
+
+LARGE_FRAME = 1 << 20
+"""The one "large frame" threshold: from this size a frame (or a body) is moved without a whole
+copy -- sealed and opened piece by piece, returned by a backend as a view of the buffer it was
+read into, written and read in pieces -- because one more pass over it costs more than the call."""
 
 
 @runtime_checkable

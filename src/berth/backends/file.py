@@ -34,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 
 from berth._atomic import is_temp, make_dirs, remove_stale_temps, write_atomic
 from berth._errors import BackendError, BerthError, FormatError, IntegrityError, TokenMismatch
+from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._bulk import Data, Head, sorted_names
@@ -207,7 +208,7 @@ class FileBackend(Backend):
             os.close(dfd)
         # bytes, as the seam promises (`b"x" in memoryview` is always False: a view would break callers'
         # checks silently); only frames of 1 MiB and more stay a view, where a copy costs a pass.
-        data = bytes(view) if len(view) < 1 << 20 else view
+        data = bytes(view) if len(view) < LARGE_FRAME else view
         return data, Token(gen)
 
     def head(self, name: str, size: int) -> tuple[bytes, Token] | None:

@@ -40,6 +40,7 @@ import psycopg.errors
 from psycopg import sql
 
 from berth._errors import BackendError, BerthError, TokenMismatch
+from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._aio import AsyncBackend, expire
@@ -53,8 +54,8 @@ SCHEMA_VERSION = 1
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
 _PAGE = 500
 _INT64_MAX = 2**63 - 1
-_KEEP_BYTES = 1 << 20  # a pooled cursor that moved a frame larger than this is not kept (see _Lease)
-_WHOLE = 1 << 20  # a get returns a frame up to this size in its one row; a larger one is read in pieces
+_KEEP_BYTES = LARGE_FRAME  # a pooled cursor that moved a frame larger than this is not kept (see _Lease)
+_WHOLE = LARGE_FRAME  # a get returns a frame up to this size in its one row; a larger one is read in pieces
 _PIECE = 2 << 20  # bytes per ranged read of a large frame (libpq holds about three times this meanwhile)
 _COPY_HEAD = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">iih", 0, 0, 1)  # binary COPY: signature, one field
 _COPY_END = struct.pack(">h", -1)

@@ -43,6 +43,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
+from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._aio import AsyncBackend, expire
@@ -59,7 +60,7 @@ _PREFIX = re.compile(r"[A-Za-z0-9._-]{1,64}:")
 _GLOB = re.compile(r"([\\*?\[\]])")
 _READ_RETRIES = (0.05, 0.25)  # idempotent reads retry after these pauses; writes never retry
 _RETRIED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
-_VIEW_FROM = 1 << 20  # `get` returns frames this large as a view of the reply instead of a copy
+_VIEW_FROM = LARGE_FRAME  # `get` returns frames this large as a view of the reply instead of a copy
 _URL_OPTIONS: dict[str, Callable[[str], Any]] = {
     "prefix": str,
     "check_durability": lambda v: v.lower() in ("1", "true", "yes", "on"),

@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from berth._atomic import make_dirs
 from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
+from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._bulk import Head, upper_bound
@@ -41,7 +42,7 @@ CREATE TABLE IF NOT EXISTS berth_frames (
 )
 """
 _PAGE = 256
-_BLOB_IO = 1 << 20  # frames from this size are written into a zeroblob piece by piece (see _put_large)
+_BLOB_IO = LARGE_FRAME  # frames from this size are written into a zeroblob piece by piece (see _put_large)
 _BLOB_PIECE = 1 << 20
 
 
