@@ -55,6 +55,16 @@ def url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
         admin.close()
 
 
+@pytest.fixture
+def pg_schema(postgres_dsn: str) -> Iterator[str]:
+    """A schema name of this test's own on the test server, dropped (with all in it) afterwards."""
+    psycopg = require("psycopg", "PostgreSQL")
+    schema = f"berth_aio_{uuid.uuid4().hex[:12]}"
+    yield schema
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 def test_open_store_is_native_where_the_client_is_async(url: str) -> None:
     async def main() -> str:
         async with berth.aio.open_store(url, identity="aio", sealer=_sealer()) as store:
@@ -376,9 +386,9 @@ def test_redis_async_call_timeout_bounds_a_server_that_never_answers() -> None:
 
 
 @pytest.mark.postgres
-def test_postgres_async_pool_replaces_connections_the_server_killed(postgres_dsn: str) -> None:
+def test_postgres_async_pool_replaces_connections_the_server_killed(postgres_dsn: str, pg_schema: str) -> None:
     psycopg = require("psycopg", "PostgreSQL")
-    schema = f"berth_aio_{uuid.uuid4().hex[:12]}"
+    schema = pg_schema
     app = f"berth-aio-{uuid.uuid4().hex[:8]}"
 
     def kill() -> int:
@@ -404,23 +414,18 @@ def test_postgres_async_pool_replaces_connections_the_server_killed(postgres_dsn
             await asyncio.wait_for(_hold_all_then_call(store), timeout=30)
         await store.aclose()
 
-    try:
-        asyncio.run(main())
-    finally:
-        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    asyncio.run(main())
 
 
 @pytest.mark.postgres
-def test_postgres_async_pool_serves_the_first_call_after_the_server_returns(postgres_dsn: str) -> None:
+def test_postgres_async_pool_serves_the_first_call_after_the_server_returns(postgres_dsn: str, pg_schema: str) -> None:
     # As the sync pool (tests/backends/test_postgres.py): a server gone fails each call with a
     # BackendError, connections it had are dropped, and the very next call once it is back works.
     from urllib.parse import urlsplit, urlunsplit
 
     from tests.reliability._proxy import FaultProxy
 
-    psycopg = require("psycopg", "PostgreSQL")
-    schema = f"berth_aio_{uuid.uuid4().hex[:12]}"
+    schema = pg_schema
     parts = urlsplit(postgres_dsn)
     with FaultProxy(parts.hostname or "127.0.0.1", parts.port or 5432) as proxy:
         url = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}"))
@@ -443,20 +448,14 @@ def test_postgres_async_pool_serves_the_first_call_after_the_server_returns(post
             assert time.monotonic() - started < 1.0, "no reconnect schedule to wait out"
             await store.aclose()
 
-        try:
-            asyncio.run(main())
-        finally:
-            with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-                admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        asyncio.run(main())
 
 
 @pytest.mark.postgres
-def test_postgres_async_pool_in_a_forked_child_opens_its_own_connections(postgres_dsn: str) -> None:
+def test_postgres_async_pool_in_a_forked_child_opens_its_own_connections(postgres_dsn: str, pg_schema: str) -> None:
     import multiprocessing
 
-    psycopg = require("psycopg", "PostgreSQL")
-    schema = f"berth_aio_{uuid.uuid4().hex[:12]}"
-    backend = berth.aio.open_backend(postgres_dsn, schema=schema, pool_max_size=1)
+    backend = berth.aio.open_backend(postgres_dsn, schema=pg_schema, pool_max_size=1)
 
     async def backend_pid() -> int:
         pool = backend._pool  # type: ignore[attr-defined]
@@ -496,8 +495,6 @@ def test_postgres_async_pool_in_a_forked_child_opens_its_own_connections(postgre
         loop.run_until_complete(backend.aclose())
     finally:
         loop.close()
-        with psycopg.connect(postgres_dsn, autocommit=True) as admin:
-            admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.mark.parametrize("kind", [pytest.param("postgresql", marks=pytest.mark.postgres),
