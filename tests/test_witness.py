@@ -804,3 +804,48 @@ def test_berth_audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     doc = json.loads(bad.stdout)
     assert doc["ok"] is False and doc["missing"] == ["b"] and doc["replayed"] == []
     assert "disagree with the witness" in bad.stderr
+    # frames parked before the store had a witness: unknown until adopted, then good
+    with berth.open_store(url, identity=IDENTITY, sealer=sealer) as plain:
+        _park(plain, "c", "r3")
+    assert berth_("audit", "--json", BERTH_WITNESS=witness_url).exit_code == 1
+    adopted = berth_("audit", "--adopt", "--json", BERTH_WITNESS=witness_url)
+    doc = json.loads(adopted.stdout)
+    assert doc["adopted"] == 1 and doc["unknown"] == [] and doc["missing"] == ["b"], doc
+    again = berth_("audit", "--adopt", BERTH_WITNESS=witness_url)
+    assert "0 frames adopted by the witness" in again.output, again.output
+
+
+def test_adopt_takes_frames_parked_before_the_witness_and_nothing_else(setup: Setup) -> None:
+    with berth.open_store(setup.url, identity=IDENTITY, sealer=setup.sealer) as plain:  # no witness yet
+        _park(plain, "old/a", "r1")
+        _park(plain, "old/b", "r2")
+        _park(plain, "old/c", "r3", deadline=datetime.now(timezone.utc) - timedelta(seconds=1))
+    before = setup.frame("old/a")
+    with setup.store() as store:
+        with pytest.raises(berth.IntegrityError, match="never saw"):
+            store.load("old/a")
+        _park(store, "new", "r4")
+        new = setup.frame("new")
+        record = setup.witness.get(f"{IDENTITY}:witness/new")
+        setup.witness.delete(f"{IDENTITY}:witness/new", record[1])  # the witness lost the key's record
+        assert store.audit().unknown == ("new", "old/a", "old/b", "old/c")
+        assert store.adopt() == 3  # not "new": it has a sequence number, its record was deleted
+        assert store.audit().unknown == ("new",)
+        parked = store.load("old/a")
+        assert parked is not None and parked.envelope.run_id == "r1"
+        assert setup.frame("new") == new  # left as it was
+        assert store.adopt() == 0  # once adopted, a frame is witnessed like any other
+        assert before is not None
+        setup.put_frame("old/a", before)  # the frame as it was before adoption, put back
+        with pytest.raises(berth.IntegrityError):
+            store.claim("old/a")
+        assert "old/a" in store.audit().replayed + store.audit().unknown
+        assert store.adopt() == 0  # its key has a record now: never adopted over it
+        assert (claimed := store.claim("old/b")) is not None and claimed.run_id == "r2"
+        assert store.sweep() == 1  # old/c, expired, adopted and swept like any other
+
+
+def test_adopt_needs_a_witness(tmp_path: Path) -> None:
+    with berth.open_store("memory://", identity=IDENTITY, sealer=berth.AesGcmSealer(berth.Keyring.generate())) as s:
+        with pytest.raises(berth.BerthError, match="no witness: open it with witness=URL to adopt it"):
+            s.adopt()

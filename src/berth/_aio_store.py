@@ -320,6 +320,10 @@ class AsyncStore:
             return False
         return True
 
+    async def adopt(self) -> int:
+        """Record in the witness every frame parked before the store had one, as `Store.adopt` (in a worker thread)."""
+        return await asyncio.to_thread(self._sync.adopt)
+
     async def audit(self) -> AuditReport:
         """Compare every frame with the witness's record of its key, as `Store.audit` (in a worker thread)."""
         return await asyncio.to_thread(self._sync.audit)

@@ -953,6 +953,55 @@ class Store:
             self.backend.put(name, frame, if_match=token)
         return True
 
+    def adopt(self) -> int:
+        """Record in the witness every frame parked before the store had one: trust them as they are now.
+
+        A frame written without a witness has no sequence number, and the witness has no record
+        of its key, so a load refuses it and `audit()` reports it `unknown`. `adopt` re-seals
+        each such frame with a sequence number through the witness (a witnessed save,
+        conditional on the frame being unchanged since it was read), so it loads again. It
+        takes the store's contents at this moment as genuine: run it once, when the witness is
+        added, on a store you trust; an older frame put back before it is adopted as the latest.
+        A frame that does not open, one that has a sequence number, and a key the witness has a
+        record of are left as they are (`audit()` still reports them).
+
+        Returns:
+            How many frames were adopted.
+
+        Raises:
+            BerthError: the store has no witness (open it with `witness=URL`).
+            BackendError: the store's or the witness's backend failed.
+        """
+        witness = self._needs_witness("adopt")
+        adopted = 0
+        for key, header, token, size in self._heads(""):
+            if isinstance(header, Unreadable) or header.seq is not None:
+                continue
+            with self._backend_call(key, "adopt"):
+                found = self.backend.get(self.core.name(key))
+            if found is None or found[1] != token:
+                continue  # changed since listed: a witnessed writer got there first
+            try:
+                env = self.core.open(key, found[0])
+            except (IntegrityError, FormatError):
+                continue  # does not open: left for audit to report
+            assert env.created_at is not None
+            build = functools.partial(self.core.seal, key, env, env.created_at)
+            plan = witness.save(self.core, key, build, False, token, size=size, adopting=True)
+            try:
+                self._witnessed(key, "adopt", plan)
+            except TokenMismatch:
+                continue
+            adopted += 1
+        return adopted
+
+    def _needs_witness(self, what: str) -> Witness:
+        if self.core.witness is None:
+            raise BerthError(
+                f"store for identity {self.identity!r} has no witness: open it with witness=URL to {what} it"
+            )
+        return self.core.witness
+
     def audit(self) -> AuditReport:
         """Compare every frame with the witness's record of its key: what is missing, replayed or unknown.
 
@@ -966,12 +1015,9 @@ class Store:
             BerthError: the store has no witness (open it with `witness=URL`).
             BackendError: the store's or the witness's backend failed.
         """
-        if self.core.witness is None:
-            raise BerthError(
-                f"store for identity {self.identity!r} has no witness: open it with witness=URL to audit it"
-            )
+        witness = self._needs_witness("audit")
         with self._backend_call("*", "audit"):
-            return self.core.witness.audit(self)
+            return witness.audit(self)
 
 
 class _ResealTally:

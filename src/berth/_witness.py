@@ -403,11 +403,15 @@ class Witness:
         *,
         strict: bool = False,
         size: int = 0,
+        adopting: bool = False,
     ) -> Plan[Token]:
         """`Store.save` with the witness: record the candidate, write the frame, record that it landed.
 
         `strict` (reseal) refuses to write over a frame the witness does not stand behind. `size`:
         the bytes `build` seals (a large frame is sealed and hashed off an async caller's loop).
+        `adopting` (`Store.adopt`): write only over a frame with no sequence number whose key the
+        witness has no record of, judged in the same read as the write's condition; anything else
+        is a `TokenMismatch` (the caller skips the key).
         """
         name = store.name(key)
         for _ in range(_TRIES):
@@ -421,7 +425,14 @@ class Witness:
                 )
             if strict:
                 self.refuse(key, snap)
-            if snap.verdict not in _GOOD:
+            if adopting and (snap.record is not None or snap.info is None or snap.info.seq is not None):
+                raise TokenMismatch(
+                    f"adopt skipped {where(self.identity, key)}: the witness has a record of it, or its frame "
+                    "has a sequence number",
+                    identity=self.identity,
+                    key=key,
+                )
+            if snap.verdict not in _GOOD and not adopting:
                 log.warning("berth: saving over %s although %s", where(self.identity, key), snap.verdict)
             rec = settle(snap.record or Record(key), snap)
             seq = max(rec.top, rec.seq, *(p[0] for p in rec.pending)) + 1

@@ -541,16 +541,25 @@ def verify_cmd(settings: Settings, out: str | None) -> None:
 
 
 @cli.command("audit", context_settings=CONTEXT)
+@click.option(
+    "--adopt",
+    is_flag=True,
+    help="First record every frame parked before the store had a witness, trusting the store as it is now.",
+)
 @output_options()
 @store_options(env=False)
 @click.pass_obj
-def audit_cmd(settings: Settings, out: str | None) -> None:
+def audit_cmd(settings: Settings, adopt: bool, out: str | None) -> None:
     """Compare every frame with the witness: find deleted, replayed and unknown runs.
 
     Needs a witness (--witness or BERTH_WITNESS) and the keys. Reports keys whose
     frame is missing (deleted without a claim), replayed (an older frame put back,
     or a store restored from an older copy), unknown (a frame the witness never
     saw) and tampered (a witness record that does not open). Exit 1 if any.
+
+    --adopt first re-seals, through the witness, every frame written without one
+    (no sequence number, no record of its key): it takes the store's contents at
+    this moment as genuine. Run it once, when the witness is added.
 
     \b
     Example:
@@ -559,10 +568,15 @@ def audit_cmd(settings: Settings, out: str | None) -> None:
     if not settings.witness:
         bad_usage(f"{where(settings.who)}: berth audit needs a witness: pass --witness URL or set BERTH_WITNESS")
     store = settings.open(keys=True)
+    adopted = store.adopt() if adopt else None
+    if adopted is not None and out != "json":
+        click.echo(f"{where(store.identity)}: {adopted} frame{'s' if adopted != 1 else ''} adopted by the witness")
     report = store.audit()
     kinds = ("missing", "replayed", "unknown", "tampered")
     if out == "json":
-        emit_json({"ok": report.ok, "checked": report.checked, **{k: list(getattr(report, k)) for k in kinds}})
+        adoption = {} if adopted is None else {"adopted": adopted}
+        lists = {k: list(getattr(report, k)) for k in kinds}
+        emit_json({"ok": report.ok, "checked": report.checked, **adoption, **lists})
     else:
         for kind in kinds:
             for key in getattr(report, kind):
