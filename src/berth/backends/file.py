@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from berth._atomic import is_temp, make_dirs, remove_stale_temps, write_atomic
+from berth._atomic import make_dirs, remove_stale_temps, write_atomic
 from berth._errors import BackendError, BerthError, FormatError, IntegrityError, TokenMismatch
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
@@ -294,7 +294,8 @@ class FileBackend(Backend):
                 continue
             try:
                 with os.scandir(dfd) as entries:
-                    files = (e.name for e in entries if e.name.endswith(".frame") and not is_temp(e.name))
+                    # A temporary file's name ends in hex (`is_temp`), never in ".frame".
+                    files = (e.name for e in entries if e.name.endswith(".frame"))
                     for file in files:
                         try:
                             view, gen, full, name = self._read(dfd, file, None, limit=_HEAD.size + _NAME_MAX + size)
@@ -307,8 +308,9 @@ class FileBackend(Backend):
                             continue
                         if not name.startswith(prefix):
                             continue
-                        if _layout(self._root, name)[1] == f"{directory}/{file}":
-                            yield name, bytes(view[:size]), Token(gen), full, f"{directory}/{file}"
+                        path = f"{directory}/{file}"
+                        if _uncached_layout(self._root, name)[1] == path:  # a listing names each key once
+                            yield name, bytes(view[:size]), Token(gen), full, path
                         else:  # a record copied to another file name: swapped
                             swapped = IntegrityError(f"file backend found {name!r} under another file name")
                             yield name, swapped, Token.ZERO, 0, f"{directory}/{file}"
@@ -384,6 +386,9 @@ def _layout(root: str, name: str) -> tuple[str, str, int]:
         first = "_" + hashlib.sha256(first.encode()).hexdigest()[:32]
     directory = f"{root}/{first}"
     return directory, f"{directory}/{digest}.frame", int(digest[:2], 16)
+
+
+_uncached_layout = _layout.__wrapped__  # a listing's million keys would only push a store's few out of the cache
 
 
 class _Flock:
