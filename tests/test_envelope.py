@@ -175,6 +175,27 @@ def test_non_finite_numbers_are_refused_not_turned_into_null(number: float) -> N
     assert berth.Envelope(provider_state={"a": None, "b": 1.5, "c": 1e308}).state() == {"a": None, "b": 1.5, "c": 1e308}
 
 
+class _Dict(dict):  # type: ignore[type-arg]
+    pass
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_numbers_are_found_in_every_container_and_depth(number: float) -> None:
+    # the walk skips scalars by exact type: dict subclasses, sets, tuples and depth are still searched
+    for state in (
+        number,
+        [number],
+        {"a": [None, "x", 1, True, {"b": (None, {number} if number == number else frozenset([number]))}]},
+        _Dict(a=[None, [[[[[[number]]]]]]]),
+        [None] * 1000 + [{"deep": [None, [number]]}],
+    ):
+        with pytest.raises(berth.InvalidEnvelope, match="NaN or Infinity"):
+            berth.Envelope(provider_state=state)
+    finite = [None, 2.5, -0.0, 5e-324, -1.7976931348623157e308, _Dict(n=None, f=[1e308, (0.5,)])]
+    back = [None, 2.5, -0.0, 5e-324, -1.7976931348623157e308, {"n": None, "f": [1e308, [0.5]]}]
+    assert berth.Envelope(provider_state=finite).state() == back
+
+
 def test_state_bytes_with_invalid_utf8_inside_a_string_are_refused() -> None:
     # issue 12.2: accepted, parked and claimed, then envelope.state() raised: the run was lost
     for raw in (b'{"a": "\xff"}', b'["ok", "\xc3\x28"]', b'{"\xed\xa0\x80": 1}'):
