@@ -85,7 +85,7 @@ LONG = {
     "crash": 250,
     "crash-witness": 250,
     "races": 10_000,
-    "races-witness": 2000,
+    "races-witness": 10_000,
     "faults": 3000,
     "lost": 200,
     "server-crash": 3000,

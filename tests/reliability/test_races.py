@@ -386,7 +386,7 @@ def test_races_with_a_witness(backend: str, request: pytest.FixtureRequest, tmp_
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["memory", "file", "sqlite", *WITNESSED])
 def test_races_with_a_witness_long(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    _witnessed_races(backend, request, tmp_path, keys=2000, budget=1800)
+    _witnessed_races(backend, request, tmp_path, keys=10_000, budget=1800)
 
 
 def test_the_race_accounting_catches_a_claim_that_is_not_conditional(tmp_path: Path) -> None:
