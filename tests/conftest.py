@@ -30,6 +30,18 @@ POSTGRES_DSN = os.environ.get("BERTH_TEST_POSTGRES", "postgresql://postgres@127.
 REDIS_URL = os.environ.get("BERTH_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Measure coverage in the test processes only, never in the processes the tests start.
+
+    CI's full run (`./dev test`) sets COVERAGE_PROCESS_START so that coverage starts in every
+    pytest process; xdist's controller keeps it for the workers it spawns, and every process
+    that runs tests drops it, so a CLI run, a server or a race worker is not measured.
+    """
+    distributing = not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
+    if not distributing:
+        os.environ.pop("COVERAGE_PROCESS_START", None)
+
+
 def unavailable(service: str, why: str) -> None:
     """Skip the test for want of `service` -- or, under CI=true, fail it."""
     message = f"{service} is not available ({why})"

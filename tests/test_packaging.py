@@ -27,7 +27,8 @@ import pytest
 
 import berth
 
-pytestmark = pytest.mark.packaging
+# one worker builds the sdist and wheel and the fresh environments once (./dev test runs under xdist)
+pytestmark = [pytest.mark.packaging, pytest.mark.xdist_group("packaging")]
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "berth"

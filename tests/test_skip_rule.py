@@ -35,12 +35,12 @@ def test_never_collected():
 """
 
 
-def _run(tmp_path: Path, ci: str) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, ci: str, *more: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_cases.py").write_text(CASES)
     (tmp_path / "test_module_skip.py").write_text(MODULE_SKIP)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     env = {**os.environ, "CI": ci, "PYTHONPATH": str(ROOT)}
-    args = ["-p", "tests._skip_rule", "-p", "no:cacheprovider", "-rA", "--continue-on-collection-errors"]
+    args = ["-p", "tests._skip_rule", "-p", "no:cacheprovider", "-rA", "--continue-on-collection-errors", *more]
     return subprocess.run(
         [sys.executable, "-m", "pytest", *args, str(tmp_path)],
         cwd=tmp_path,
@@ -51,8 +51,11 @@ def _run(tmp_path: Path, ci: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_under_ci_a_skip_fails_unless_it_is_an_allowed_limit(tmp_path: Path) -> None:
-    result = _run(tmp_path, "true")
+# ./dev test runs the whole suite in xdist workers: the rule holds in each of them
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist workers"])
+def test_under_ci_a_skip_fails_unless_it_is_an_allowed_limit(tmp_path: Path, workers: list[str]) -> None:
+    result = _run(tmp_path, "true", *workers)
+    assert not workers or "created: 2/2 workers" in result.stdout, result.stdout
     assert result.returncode != 0, result.stdout
     assert "FAILED test_cases.py::test_server_missing" in result.stdout
     assert "skipped under CI=true" in result.stdout and "no server here" in result.stdout
@@ -81,3 +84,9 @@ def test_the_allowed_reasons_are_the_ones_the_suite_gives() -> None:
         assert _skip_rule.allowed(f"fake-gcs-server cannot run this case ({reason}); it runs on FakeGcs above")
     assert _skip_rule.allowed("long reliability trial: run with -m slow (or scripts/reliability.py)")
     assert not _skip_rule.allowed("PostgreSQL is not available (connection refused)")
+
+
+def test_the_processes_tests_start_are_not_measured() -> None:
+    # ./dev test (CI) starts coverage in every pytest process through COVERAGE_PROCESS_START;
+    # tests/conftest.py drops it where tests run, so a CLI run or a server they start is not measured
+    assert "COVERAGE_PROCESS_START" not in os.environ

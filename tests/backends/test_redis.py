@@ -154,7 +154,8 @@ def test_durability_warning_once_per_server(redis_without_aof, fresh_prefix, unc
         RedisBackend.from_url(redis_url, prefix=fresh_prefix).close()
 
 
-def test_durability_warning_names_an_evicting_memory_policy(redis_url, fresh_prefix, unchecked) -> None:
+def test_durability_warning_names_an_evicting_memory_policy(own_redis, fresh_prefix, unchecked) -> None:
+    redis_url = own_redis  # a server of this module's own: the policy is server-wide, others share the usual one
     admin = _admin(redis_url)
     before = {k: v for name in ("maxmemory", "maxmemory-policy") for k, v in admin.config_get(name).items()}
     try:  # a limit far above what this server holds: the policy is reported, nothing is evicted
@@ -573,12 +574,21 @@ def _killed_while_paused(url: str, name: str, call: Callable[[], object]) -> obj
     return outcome[0]
 
 
+@pytest.fixture(scope="module")
+def own_redis(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis of this module's own, for what acts on a whole server (CLIENT PAUSE, CONFIG SET): the shared
+    one serves other tests meanwhile (other xdist workers, whose own pause would end this one's early)."""
+    with _private_redis(tmp_path_factory.mktemp("redis-pause")) as url:
+        yield url
+
+
 @pytest.mark.parametrize("operation", ["claim", "delete", "save"])
 def test_connection_killed_mid_operation_is_a_backend_error_never_a_false_success(
-    operation, open_backend, redis_url
+    operation, open_backend, own_redis
 ) -> None:
+    redis_url = own_redis
     name = f"berth-kill-{uuid.uuid4().hex[:8]}"
-    store = _sealed_store(open_backend(client_name=name))
+    store = _sealed_store(open_backend(client_name=name, url=redis_url))
     store.save("k", make_envelope("before"))
     parked = store.load("k")
     assert parked is not None

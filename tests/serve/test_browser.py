@@ -31,6 +31,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
+# one worker launches Chromium for this module (./dev test runs under xdist)
+pytestmark = pytest.mark.xdist_group("browser")
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 TIMEOUT_MS = 10_000
 
