@@ -1,10 +1,12 @@
-"""The async contract's representative cases, for the backends whose emulators make every case slow.
+"""The contract's representative cases, for the runs whose emulators make every case slow.
 
 GCS and S3 reach berth.aio through `ThreadedBackend`, the same adapter that runs SQLite
 and the file backend (whose async contract runs in full by default). Against their HTTP
 emulators each case costs dozens of requests, so the default run takes this subset for
 them -- every new call, the races, expiry, listing, tampering -- and the full async
-contract runs under `-m slow` (`pytest -m slow tests/backends/test_s3.py`).
+contract runs under `-m slow` (`pytest -m slow tests/backends/test_s3.py`). The contract
+under AwsKms (moto's KMS) runs in full on memory and takes this subset on SQLite
+(`pytest -m slow tests/sealers/test_kms_sealer.py` for all of it).
 """
 
 from __future__ import annotations
