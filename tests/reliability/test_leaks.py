@@ -163,7 +163,7 @@ def test_sealed_run_leaks_nothing_long(kind: str, tmp_path: Path) -> None:
     run_leaks(kind, tmp_path / "run", rounds=20).check()
 
 
-def test_sqlite_wal_and_shm_are_0600_under_umask_0(tmp_path: Path) -> None:
+def test_sqlite_wal_shm_and_lock_are_0600_under_umask_0(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
         store = berth.open_store(
@@ -171,7 +171,7 @@ def test_sqlite_wal_and_shm_are_0600_under_umask_0(tmp_path: Path) -> None:
         )
         store.save("k", big_envelope())
         names = sorted(p.name for p in (tmp_path / "s").iterdir())
-        assert names == ["b.db", "b.db-shm", "b.db-wal"]
+        assert names == ["b.db", "b.db-lock", "b.db-shm", "b.db-wal"]  # -lock: writers take turns on it
         for p in (tmp_path / "s").iterdir():
             assert p.stat().st_mode & 0o777 == 0o600, p
         store.close()
