@@ -155,7 +155,7 @@ def langgraph_postgres_variants(dsn: str, messages: list[dict[str, Any]], only: 
         if only and name != only:
             continue
         conn = Connection.connect(dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row)
-        saver = PostgresSaver(conn, serde=make())  # type: ignore[arg-type]
+        saver = PostgresSaver(conn, serde=make())
         saver.setup()
         out.append(_langgraph_variant(saver, messages, name, conn.close))
     return out
@@ -246,7 +246,7 @@ def prepare(ctx: dict[str, Any]) -> None:
     if ctx.get("gcs"):
         from google.api_core.exceptions import Conflict
         from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
+        from google.cloud import storage  # type: ignore[attr-defined]
 
         gcs = storage.Client(project="bench", credentials=AnonymousCredentials())
         try:

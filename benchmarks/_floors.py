@@ -270,7 +270,7 @@ class RedisFloor(_Sealed):
         return self._write(name, self.seal(name, obj))
 
     def load(self, name: str) -> tuple[Any, bytes] | None:
-        data = self.client.get(name)
+        data: Any = self.client.get(name)
         if data is None:
             return None
         view = memoryview(data)
@@ -332,7 +332,7 @@ class GcsFloor(_Sealed):
 
     def __init__(self, bucket: str, prefix: str = "floor"):
         from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
+        from google.cloud import storage  # type: ignore[attr-defined]
 
         super().__init__()
         self.client = storage.Client(project="bench", credentials=AnonymousCredentials())

@@ -114,14 +114,14 @@ def _floor_scan(backend: str, url: str) -> int:
 
         dsn, _, query = url.partition("?")
         schema = query.partition("schema=")[2].partition("&")[0]
-        with psycopg.connect(dsn) as conn, conn.cursor(name="floor") as cur:
-            cur.itersize = 500
-            cur.execute(
+        with psycopg.connect(dsn) as pg, pg.cursor(name="floor") as pcur:
+            pcur.itersize = 500
+            pcur.execute(
                 f"SELECT name, substring(data from 1 for %s), gen, length(data) FROM {schema}.frames "  # noqa: S608
                 "WHERE name >= 'bench/' AND name < 'bench0' ORDER BY name",
                 (HEAD,),
             )
-            for _ in cur:
+            for _ in pcur:
                 n += 1
     elif backend == "file":
         directory = url.removeprefix("file://") + "/bench"
@@ -244,7 +244,7 @@ def _ls_once(url: str, extra: list[str]) -> dict[str, Any]:
 
     def drain() -> None:
         assert proc.stdout is not None
-        while chunk := proc.stdout.read1(1 << 16):
+        while chunk := proc.stdout.read1(1 << 16):  # type: ignore[attr-defined]  # a BufferedReader
             if not first:
                 first.append(time.perf_counter() - t0)
             total[0] += len(chunk)

@@ -99,7 +99,7 @@ def open_saver(who: str, backend: str, where: str) -> tuple[Any, Any]:
         row_factory=dict_row,
         options=f"-c search_path={where}",
     )
-    pg_saver = PostgresSaver(pg)  # type: ignore[arg-type]
+    pg_saver = PostgresSaver(pg)
     pg_saver.setup()
     return pg_saver, pg.close
 

@@ -134,12 +134,12 @@ def langgraph_contender(backend: str, ctx: dict[str, Any], tag: str, name: str, 
         "options": f"-c search_path={schema}",
     }
     pg = Connection.connect(ctx["postgres"], **kwargs)
-    pg_saver = PostgresSaver(pg, serde=serde())  # type: ignore[arg-type]
+    pg_saver = PostgresSaver(pg, serde=serde())
     pg_saver.setup()
 
     async def make_pg_async() -> Any:
         aconn = await AsyncConnection.connect(ctx["postgres"], **kwargs)
-        return AsyncPostgresSaver(aconn, serde=serde()), aconn.close  # type: ignore[arg-type]
+        return AsyncPostgresSaver(aconn, serde=serde()), aconn.close
 
     return Contender(name, "peer", pg_saver, make_pg_async, pg.close)
 

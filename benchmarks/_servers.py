@@ -71,7 +71,7 @@ class Servers:
         import psycopg
 
         with psycopg.connect(POSTGRES_DSN, autocommit=True, connect_timeout=3) as admin:
-            self.info["postgres"] = str(admin.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
+            self.info["postgres"] = str(admin.execute("SHOW server_version").fetchone()[0])
             if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (BENCH_DB,)).fetchone() is None:
                 admin.execute(f"CREATE DATABASE {BENCH_DB}")
         base, _, _ = POSTGRES_DSN.rpartition("/")

@@ -91,10 +91,10 @@ def location(kind: str, urls: dict[str, str]) -> Iterator[tuple[str, dict[str, A
         try:
             yield url, {"prefix": prefix, "check_durability": False}
         finally:
-            admin = redis.Redis.from_url(url)
-            for key in admin.scan_iter(match=f"{prefix}*"):
-                admin.delete(key)
-            admin.close()
+            client = redis.Redis.from_url(url)
+            for key in client.scan_iter(match=f"{prefix}*"):
+                client.delete(key)
+            client.close()
     else:
         raise SystemExit(f"unknown backend {kind!r}")
 
@@ -139,7 +139,7 @@ class _Steps:
                     steps.cpu, steps.what = cpu, repr(handle)[:160]
                 steps.wall = max(steps.wall, time.perf_counter() - w)
 
-        asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+        asyncio.events.Handle._run = timed  # type: ignore[method-assign, assignment]
         gc.callbacks.append(self._collect)
         return self
 
@@ -158,7 +158,7 @@ async def _ticker(lags: list[float], stop: asyncio.Event) -> None:
 
 async def _open_async(url: str, options: dict[str, Any], sealer: berth.Sealer) -> berth.aio.AsyncStore:
     # a thousand tasks queue for the pool's connections: on a loaded machine the last waits long
-    extra = {"pool_timeout": 600.0} if url.startswith("redis") else {}
+    extra: dict[str, Any] = {"pool_timeout": 600.0} if url.startswith("redis") else {}
     store = berth.aio.open_store(url, identity="bench", sealer=sealer, **options, **extra)
     await store.setup()
     return store

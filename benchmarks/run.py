@@ -176,7 +176,7 @@ def main() -> None:
     scratch = Path(args.dir or tempfile.mkdtemp(prefix="berth-bench-", dir="/var/tmp"))
     scratch.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {"skipped": {}}
-    meta = {
+    meta: dict[str, Any] = {
         "command": "python benchmarks/run.py"
         + (" --quick" if quick else "")
         + ("" if only == set(WORKLOADS) else f" --only {args.only}"),
@@ -232,7 +232,7 @@ def main() -> None:
                     log(f"  failed: {exc!r}")
                     continue
                 res["cycle"][backend] = {
-                    n: {"role": r.role, "rates": r.rates, "cpu": r.cpu} for n, r in results.items()
+                    name: {"role": r.role, "rates": r.rates, "cpu": r.cpu} for name, r in results.items()
                 }
                 b = results[_report.BERTH]
                 for n, r in results.items():
@@ -244,10 +244,10 @@ def main() -> None:
             res["counts"] = {}
             for backend in available:
                 log(f"counts: {backend}")
-                n = 100 if backend in ("file", "sqlite") else 40
+                calls = 100 if backend in ("file", "sqlite") else 40
                 roles = ["berth", "floor"] + (["peer"] if backend in ("sqlite", "postgres") else [])
                 try:
-                    res["counts"][backend] = {role: count(backend, role, ctx, n=n) for role in roles}
+                    res["counts"][backend] = {role: count(backend, role, ctx, n=calls) for role in roles}
                 except Exception as exc:
                     res["counts"][backend] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
                 log(f"  {res['counts'][backend]}")
@@ -268,7 +268,7 @@ def main() -> None:
 
             payload = scratch / "payload-64MiB.json"
             payload.write_bytes(_common.big_state_bytes(64 << 20))
-            large_backends = [b for b in ("file", "sqlite", "postgres") if b in available]
+            large_backends: list[str] = [b for b in ("file", "sqlite", "postgres") if b in available]
             log(f"large: {large_backends}")
             res["large"] = _large.run(large_backends, ctx, str(payload), 2 if quick else 5)
             payload.unlink()
@@ -300,9 +300,9 @@ def main() -> None:
             cb = [b for b in ("sqlite", "postgres") if _cycle.backend_available(b, ctx) is None]
             log(f"contention: {cb}")
             res["contention"] = _contention.run(cb, ctx, 1 if quick else 3)
-            counts = _contention.WRITERS_QUICK if quick else _contention.WRITERS
-            log(f"contention writers: {cb} at {counts} processes")
-            res["writers"] = _contention.run_writers(cb, ctx, 1 if quick else 3, counts, 3.0 if quick else 5.0)
+            writers = _contention.WRITERS_QUICK if quick else _contention.WRITERS
+            log(f"contention writers: {cb} at {writers} processes")
+            res["writers"] = _contention.run_writers(cb, ctx, 1 if quick else 3, writers, 3.0 if quick else 5.0)
 
         if "witness" in only:
             import _witness
@@ -341,7 +341,7 @@ def main() -> None:
         if "aio" in only:
             import bench_aio
 
-            ab = [b for b in ("sqlite", "postgres", "redis") if b in available]
+            ab: list[str] = [b for b in ("sqlite", "postgres", "redis") if b in available]
             log(f"aio: {ab}")
             res["aio"] = bench_aio.run(ab, {"postgres": servers.postgres or "", "redis": servers.redis or ""}, quick)
             for backend, r in res["aio"].items():

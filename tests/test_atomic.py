@@ -18,11 +18,11 @@ def _temps(directory: Path) -> list[str]:
     return [p.name for p in directory.iterdir() if ".tmp" in p.name]
 
 
-def _killed_mid_write(write) -> int:  # type: ignore[no-untyped-def]
+def _killed_mid_write(write) -> int:
     """Fork a child that runs `write` and is SIGKILLed at its first fsync; returns its pid."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child never returns
-        os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)  # type: ignore[assignment]
+        os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)
         try:
             write()
         finally:

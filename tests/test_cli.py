@@ -341,7 +341,7 @@ def test_ls_table_prints_its_first_rows_before_the_listing_ends(capsys: pytest.C
         for i in range(10_000):
             if i == 200:  # well before the end: the header and the first rows are out already
                 seen.append(capsys.readouterr().out)
-            yield berth.Listing(f"k{i:05}", "r", at, None, 10, {}, "plaintext:sha256", berth.Token(1))  # type: ignore[arg-type]
+            yield berth.Listing(f"k{i:05}", "r", at, None, 10, {}, "plaintext:sha256", berth.Token(1))
 
     assert print_listing(listings(), at, None) == (10_000, 10_000)
     head = seen[0].splitlines()
@@ -787,7 +787,7 @@ def test_questions_empty_and_bad_prefix(home: Path) -> None:
 def test_answer_then_the_waker_resumes(store: berth.Store, questions: berth.QuestionStore) -> None:
     coordinator = berth.Coordinator(store, questions)
     coordinator.suspend("k", berth.Envelope(provider_state=b"{}", run_id="r1"), question="Ship it?")
-    qid = questions.pending("k").id  # type: ignore[union-attr]
+    qid = questions.pending("k").id
     text = ok("answer", "k", "yes, ship it", "--by", "alice", "--question", qid).stdout
     assert text.startswith(f"answered question {qid} ('Ship it?') at identity 'pr-bot', key 'k' as alice")
     assert "answered by alice" in ok("questions").stdout
@@ -813,7 +813,7 @@ def test_answer_from_a_file_or_stdin(store: berth.Store, questions: berth.Questi
 def test_answer_refuses_nothing_pending_and_a_second_answer(store: berth.Store, questions: berth.QuestionStore) -> None:
     fails(1, "answer", "k", "yes", says=["no question is pending", *where("k")])
     berth.Coordinator(store, questions).suspend("k", berth.Envelope(provider_state=b"{}"), question="?")
-    qid = questions.pending("k").id  # type: ignore[union-attr]
+    qid = questions.pending("k").id
     ok("answer", "k", "yes", "--by", "alice", "--question", qid)
     fails(1, "answer", "k", "no", "--by", "bob", "--question", qid, says=[*where("k"), "already answered by 'alice'"])
 

@@ -60,13 +60,19 @@ def raw(c: berth.Coordinator, key: str = KEY) -> tuple[bytes, bytes] | None:
     """The stored bytes of the envelope and the question under `key`, read past every wrapper."""
     env = flaky(c.store).inner.get(f"{IDENTITY}/{key}")
     question = flaky(c.questions).inner.get(f"{IDENTITY}:questions/{key}")  # type: ignore[arg-type]
-    return (None if env is None else bytes(env[0]), None if question is None else bytes(question[0]))  # type: ignore[return-value]
+    return (None if env is None else bytes(env[0]), None if question is None else bytes(question[0]))
+
+
+def qs(c: berth.Coordinator) -> berth.QuestionStore:
+    """The coordinator's question store, which these tests make a `berth.QuestionStore`."""
+    assert isinstance(c.questions, berth.QuestionStore)
+    return c.questions
 
 
 def answer(c: berth.Coordinator, text: str = REPLY, key: str = KEY, by: str = "alice") -> berth.Answer:
     pending = c.questions.pending(key)
     assert pending is not None
-    return c.questions.provide(key, pending.id, text, by=by)  # type: ignore[attr-defined, no-any-return]
+    return qs(c).provide(key, pending.id, text, by=by)
 
 
 # --- the happy path ----------------------------------------------------------------------------
@@ -128,14 +134,14 @@ def test_suspend_stamps_the_default_deadline_and_keeps_an_explicit_one(
 
 def test_the_prompt(coordinator: berth.Coordinator) -> None:
     coordinator.suspend("given", make_envelope(), question="Merge into main?")
-    assert coordinator.questions.pending("given").prompt == "Merge into main?"  # type: ignore[union-attr]
+    assert coordinator.questions.pending("given").prompt == "Merge into main?"
 
     calls = [berth.PendingCall("c0", "lookup", {"q": 1}), berth.PendingCall("c1", "ask", {"question": "Refund?"})]
     coordinator.suspend("from-call", make_envelope(pending_calls=calls))
-    assert coordinator.questions.pending("from-call").prompt == "Refund?"  # type: ignore[union-attr]
+    assert coordinator.questions.pending("from-call").prompt == "Refund?"
 
     coordinator.suspend("fallback", make_envelope("run-9", pending_calls=[], reason="needs approval"))
-    prompt = coordinator.questions.pending("fallback").prompt  # type: ignore[union-attr]
+    prompt = coordinator.questions.pending("fallback").prompt
     assert "run-9" in prompt and "needs approval" in prompt
 
 
@@ -150,7 +156,7 @@ def test_resuspending_supersedes_the_question(coordinator: berth.Coordinator) ->
     assert coordinator.wake(KEY).decision is REARM
     answer(coordinator)
     wake = coordinator.wake(KEY)
-    assert wake.decision is RESUME and wake.envelope.run_id == "run-2"  # type: ignore[union-attr]
+    assert wake.decision is RESUME and wake.envelope.run_id == "run-2"
 
 
 # --- duplicate wakers --------------------------------------------------------------------------
@@ -390,10 +396,10 @@ def test_a_leftover_answer_never_resumes_a_later_run(coordinator: berth.Coordina
     with pytest.raises(berth.BackendError):
         coordinator.suspend(KEY, make_envelope("run-2"))  # parked, but its question was never asked
     flaky(coordinator.questions).fail.clear()  # type: ignore[arg-type]
-    assert coordinator.questions.answer(KEY).text == "yes to run 1"  # type: ignore[union-attr]
+    assert coordinator.questions.answer(KEY).text == "yes to run 1"
     wake = coordinator.wake(KEY)
     assert wake.decision is REARM and wake.reason == "answer is to another question"
-    assert parked(coordinator).run_id == "run-2"  # type: ignore[union-attr]
+    assert parked(coordinator).run_id == "run-2"
 
 
 def test_ask_failure_after_the_save_leaves_the_run_parked_until_its_deadline(
@@ -469,11 +475,11 @@ def test_non_timedelta_default_deadline_is_a_type_error(coordinator: berth.Coord
 
 def test_an_envelope_parked_by_hand_resumes_with_its_question(coordinator: berth.Coordinator) -> None:
     coordinator.store.save(KEY, make_envelope("run-1"))
-    asked = coordinator.questions.ask(KEY, "q?", run_id="run-1")
+    asked = qs(coordinator).ask(KEY, "q?", run_id="run-1")
     assert coordinator.wake(KEY).decision is REARM
-    coordinator.questions.provide(KEY, asked.id, "yes", by="alice")  # type: ignore[attr-defined]
+    qs(coordinator).provide(KEY, asked.id, "yes", by="alice")
     wake = coordinator.wake(KEY)
-    assert wake.decision is RESUME and wake.answer.question_id == asked.id  # type: ignore[union-attr]
+    assert wake.decision is RESUME and wake.answer.question_id == asked.id
     assert coordinator.questions.pending(KEY) is None
 
 
@@ -481,9 +487,9 @@ def test_a_dead_envelope_parked_by_hand_consumes_only_its_own_runs_question(
     coordinator: berth.Coordinator, clock: FakeClock
 ) -> None:
     coordinator.store.save("mine", make_envelope("run-1", deadline=clock.now))
-    coordinator.questions.ask("mine", "q?", run_id="run-1")
+    qs(coordinator).ask("mine", "q?", run_id="run-1")
     coordinator.store.save("other", make_envelope("run-1", deadline=clock.now))
-    other = coordinator.questions.ask("other", "q?", run_id="run-2")
+    other = qs(coordinator).ask("other", "q?", run_id="run-2")
     clock.advance(timedelta(seconds=1))
     assert coordinator.wake("mine").decision is FRESH
     assert coordinator.wake("other").decision is FRESH

@@ -161,8 +161,8 @@ def _config(thread: str) -> dict[str, Any]:
 def _put(saver: BerthSaver, thread: str, values: dict[str, Any]) -> dict[str, Any]:
     checkpoint = empty_checkpoint()
     checkpoint["channel_values"] = values
-    stored: dict[str, Any] = saver.put(_config(thread), checkpoint, {"source": "loop", "step": 0}, {})
-    return stored
+    stored: Any = saver.put(_config(thread), checkpoint, {"source": "loop", "step": 0}, {})
+    return dict(stored)
 
 
 def test_a_planted_plaintext_checkpoint_is_refused(tmp_path: Path) -> None:
@@ -244,9 +244,9 @@ def test_the_latest_checkpoint_is_the_newest_by_time(tmp_path: Path) -> None:
 
 def test_savers_refuse_the_wrong_store_before_any_io() -> None:
     with pytest.raises(TypeError, match="berth.Store"):
-        BerthSaver(object())  # type: ignore[arg-type]
+        BerthSaver(object())
     with pytest.raises(TypeError, match="AsyncStore"):
-        AsyncBerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()))  # type: ignore[arg-type]
+        AsyncBerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()))
     with pytest.raises(ValueError, match="prefix"):
         BerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()), prefix="no-slash")
 
@@ -359,21 +359,19 @@ def _branches_graph(saver: Any, ran: list[Any]) -> Any:
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import interrupt
 
-    State = BranchesState
-
     def branch(name: str) -> Any:
-        def node(state: State) -> State:
+        def node(state: BranchesState) -> BranchesState:
             answer = interrupt(f"may {name} go ahead?")
             ran.append((name, answer))  # the side effect that must happen once per branch
             return {"log": [f"{name}={answer}"]}
 
         return node
 
-    def join(state: State) -> State:
+    def join(state: BranchesState) -> BranchesState:
         ran.append(("join", sorted(state["log"])))
         return {"log": ["join"]}
 
-    builder = StateGraph(State)
+    builder = StateGraph(BranchesState)
     builder.add_node("a", branch("a"))
     builder.add_node("b", branch("b"))
     builder.add_node("join", join)
@@ -498,7 +496,7 @@ def test_four_processes_racing_resume_once_resume_every_thread_exactly_once(
 def test_a_page_of_history_carries_each_checkpoints_own_writes() -> None:
     """list() reads a page's writes from one newest-first listing, widening it when tasks outnumber its guess."""
     saver = BerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()))
-    parent: dict[str, Any] = _config("t1")
+    parent: Any = _config("t1")
     for step in range(6):
         checkpoint = empty_checkpoint()
         checkpoint["channel_values"] = {"step": step}

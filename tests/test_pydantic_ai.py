@@ -36,7 +36,7 @@ def build(
     """A fresh agent, as each process builds it: a risky tool that needs approval, one run elsewhere."""
     agent: Agent[None, str | DeferredToolRequests] = Agent(
         model(calls or [("delete_repo", {"name": SECRET_REPO})]),
-        output_type=[str, DeferredToolRequests],  # type: ignore[arg-type]
+        output_type=[str, DeferredToolRequests],
         instructions=instructions,
     )
 

@@ -13,7 +13,7 @@ import pytest
 
 import berth
 from berth._token import Token
-from berth.backends import Backend, open_backend
+from berth.backends import Backend, Data, open_backend
 from berth.testing import SECRET, FakeClock, make_envelope
 
 IDENTITY = "agent"
@@ -49,9 +49,9 @@ class Flaky(Backend):
         token: Token = self.inner.put(name, data, if_match=if_match, if_absent=if_absent)
         return token
 
-    def get(self, name: str) -> tuple[bytes, Token] | None:
+    def get(self, name: str) -> tuple[Data, Token] | None:
         self._enter("get", name)
-        found: tuple[bytes, Token] | None = self.inner.get(name)
+        found: tuple[Data, Token] | None = self.inner.get(name)
         return found
 
     def delete(self, name: str, token: Token) -> None:
@@ -179,7 +179,7 @@ def test_ask_provide_consume(questions: berth.QuestionStore, clock: FakeClock) -
 
 def test_explicit_question_id(questions: berth.QuestionStore) -> None:
     asked = questions.ask("k", "q?", question_id="q-1")
-    assert asked.id == "q-1" == questions.pending("k").id  # type: ignore[union-attr]
+    assert asked.id == "q-1" == questions.pending("k").id
 
 
 def test_fresh_ids_are_random(questions: berth.QuestionStore) -> None:
@@ -291,7 +291,11 @@ def test_provide_racing_a_new_ask_is_refused(make_questions: Callable[..., berth
 def test_consume_racing_an_answer_still_consumes(make_questions: Callable[..., berth.QuestionStore]) -> None:
     waker, human = make_questions(), make_questions()
     asked = waker.ask("k", "q?")
-    flaky(waker).before["delete"] = lambda name: human.provide("k", asked.id, "yes", by="alice") and None
+
+    def answer_first(name: str) -> None:
+        human.provide("k", asked.id, "yes", by="alice")
+
+    flaky(waker).before["delete"] = answer_first
     assert waker.consume("k", asked.id) is True
     assert waker.pending("k") is None
 
@@ -343,8 +347,8 @@ def test_questions_and_envelopes_never_collide(
     assert [x.key for x in store.list()] == ["k"]
     assert [q for q, _ in questions.list()] == [asked]
     # Moving a question frame over the envelope (or back) does not open: the frame names its namespace.
-    question_frame = backend.inner.get(f"{IDENTITY}:questions/k")[0]
-    envelope_frame = backend.inner.get(f"{IDENTITY}/k")[0]
+    question_frame = bytes(backend.inner.get(f"{IDENTITY}:questions/k")[0])
+    envelope_frame = bytes(backend.inner.get(f"{IDENTITY}/k")[0])
     backend.inner.put(f"{IDENTITY}/k", question_frame)
     with pytest.raises(berth.IntegrityError):
         store.load("k")
@@ -356,7 +360,7 @@ def test_questions_and_envelopes_never_collide(
 def test_question_frame_moved_to_another_key_does_not_open(questions: berth.QuestionStore) -> None:
     questions.ask("a", PROMPT)
     inner = flaky(questions).inner
-    inner.put(f"{IDENTITY}:questions/b", inner.get(f"{IDENTITY}:questions/a")[0])
+    inner.put(f"{IDENTITY}:questions/b", bytes(inner.get(f"{IDENTITY}:questions/a")[0]))
     with pytest.raises(berth.IntegrityError) as info:
         questions.answer("b")
     assert_clean(info.value, "b")
@@ -409,9 +413,9 @@ def test_non_str_arguments_are_refused_before_any_io(questions: berth.QuestionSt
     with pytest.raises(TypeError):
         questions.ask("k", b"bytes")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        questions.provide("k", "id", None, by="x")  # type: ignore[arg-type]
+        questions.provide("k", "id", None, by="x")
     with pytest.raises(TypeError):
-        questions.provide("k", "id", "a", by=None)  # type: ignore[arg-type]
+        questions.provide("k", "id", "a", by=None)
     with pytest.raises(berth.InvalidKey):
         questions.ask("k", "q?", question_id="")
     assert flaky(questions).calls == []

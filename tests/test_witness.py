@@ -341,7 +341,7 @@ def test_the_coordinator_never_resumes_a_replayed_run(setup: Setup) -> None:
 
 def _steps(store: berth.Store, plan: Any) -> int:
     """How many I/O steps `plan` makes when it runs to its end."""
-    targets = {"frames": store.backend, "witness": store.core.witness.backend, "cpu": INLINE}  # type: ignore[union-attr]
+    targets = {"frames": store.backend, "witness": store.core.witness.backend, "cpu": INLINE}
     n, step = 0, next(plan)
     try:
         while True:
@@ -353,7 +353,7 @@ def _steps(store: berth.Store, plan: Any) -> int:
 
 def _killed_after(store: berth.Store, plan: Any, steps: int) -> None:
     """Run the first `steps` I/O steps of `plan`, then drop it: a SIGKILL at that point."""
-    targets = {"frames": store.backend, "witness": store.core.witness.backend, "cpu": INLINE}  # type: ignore[union-attr]
+    targets = {"frames": store.backend, "witness": store.core.witness.backend, "cpu": INLINE}
     step: Call = next(plan)
     for _ in range(steps):
         try:
@@ -382,7 +382,7 @@ def test_the_plans_have_the_steps_the_crash_tests_cut(store: berth.Store) -> Non
     store.save("a", env)
     # a claim's leave reuses its load's snapshot: intent, delete, record how it left
     seen = run(store.core.witness.load_seen(store.core, "a", False), _targets(store))[1]
-    assert _steps(store, store.core.witness.leave(store.core, "a", seen.found[1], "claimed", seen)) == 3  # type: ignore[index]
+    assert _steps(store, store.core.witness.leave(store.core, "a", seen.found[1], "claimed", seen)) == 3
 
 
 class _Reads:
@@ -400,7 +400,7 @@ class _Reads:
 
 
 def _targets(store: berth.Store) -> dict[str, Any]:
-    return {"frames": store.backend, "witness": store.core.witness.backend, "cpu": INLINE}  # type: ignore[union-attr]
+    return {"frames": store.backend, "witness": store.core.witness.backend, "cpu": INLINE}
 
 
 def test_a_save_and_a_delete_read_only_heads_and_a_claim_reads_the_frame_once(store: berth.Store) -> None:
@@ -434,7 +434,7 @@ def test_a_save_and_a_delete_read_only_heads_and_a_claim_reads_the_frame_once(st
 
 def test_a_head_read_never_stands_for_a_frame_the_witness_did_not_see_land(store: berth.Store, setup: Setup) -> None:
     """A frame put back (another generation) is judged whole: a delete of it leaves the key reported."""
-    setup.frames, setup.witness = store.backend, store.core.witness.backend  # type: ignore[union-attr]
+    setup.frames, setup.witness = store.backend, store.core.witness.backend
     _park(store, "a", "r1")
     older = setup.frame("a")
     _park(store, "a", "r2")
@@ -459,7 +459,7 @@ def test_a_save_killed_at_any_step_leaves_a_readable_run_and_no_replay(kind: str
     for cut in range(6):
         setup = _local_setup(kind, tmp_path, cut)
         with setup.store() as store:
-            setup.frames, setup.witness = store.backend, store.core.witness.backend  # type: ignore[union-attr]
+            setup.frames, setup.witness = store.backend, store.core.witness.backend
             _park(store, "a", "r1")
             _park(store, "a", "r2")
             older = setup.frame("a")
@@ -484,7 +484,7 @@ def test_a_claim_killed_at_any_step_never_resumes_twice(kind: str, mode: str, tm
     for cut in range(6):
         setup = _local_setup(kind, tmp_path, cut)
         with setup.store() as store:
-            setup.frames, setup.witness = store.backend, store.core.witness.backend  # type: ignore[union-attr]
+            setup.frames, setup.witness = store.backend, store.core.witness.backend
             _park(store, "a", "r1")
             latest = setup.frame("a")
             assert store.core.witness is not None
@@ -584,7 +584,7 @@ def test_async_store_has_the_witness_too(kind: str, tmp_path: Path, request: pyt
             parked = await store.load("a")
             assert parked is not None and parked.envelope.run_id == "r2"
             assert (await store.audit()).ok
-            raw.put(f"{IDENTITY}/a", old)
+            raw.put(f"{IDENTITY}/a", bytes(old))
             with pytest.raises(berth.IntegrityError, match="not the latest"):
                 await store.claim("a")
             assert (await store.audit()).replayed == ("a",)
@@ -712,7 +712,7 @@ class TestWitnessedContract(StoreContract):
         with pytest.raises(berth.IntegrityError):
             make_store().load("k")
 
-    def test_plaintext_frame_in_a_sealed_store_is_refused(self, make_store: Callable[..., berth.Store]) -> None:
+    def test_plaintext_frame_in_a_sealed_store_is_refused(self, make_store: Callable[..., berth.Store]) -> None:  # type: ignore[override]
         self._foreign_frame_refused(make_store, sealer=berth.PlaintextSealer())
 
     def test_sealed_frame_in_a_plaintext_store_names_the_key_needed(
@@ -722,14 +722,14 @@ class TestWitnessedContract(StoreContract):
         with pytest.raises(berth.IntegrityError):
             make_store(sealer=berth.PlaintextSealer()).load("k")
 
-    def test_reseal_moves_plaintext_to_the_sealer(self, make_store: Callable[..., berth.Store]) -> None:
+    def test_reseal_moves_plaintext_to_the_sealer(self, make_store: Callable[..., berth.Store]) -> None:  # type: ignore[override]
         # Frames parked without the witness are never adopted by a reseal: it counts them as failed.
         legacy = berth.Store(make_store().backend, identity="contract", sealer=berth.PlaintextSealer())
         legacy.save("k", make_envelope())
         report = make_store(accept_plaintext=True).reseal()
         assert report == 0 and report.failed == 1
 
-    def test_reseal_loses_to_a_concurrent_save(self, make_store: Callable[..., berth.Store]) -> None:
+    def test_reseal_loses_to_a_concurrent_save(self, make_store: Callable[..., berth.Store]) -> None:  # type: ignore[override]
         self.test_reseal_moves_plaintext_to_the_sealer(make_store)
 
 

@@ -141,6 +141,7 @@ def test_a_fifo_planted_as_a_frame_never_blocks(tmp_path) -> None:
     store = berth.open_store(f"file://{tmp_path}/s", identity="id", sealer=berth.PlaintextSealer())
     store.save("k", make_envelope())
     store.save("other", make_envelope("other"))
+    assert isinstance(store.backend, FileBackend)
     frame = Path(store.backend._paths("id/k")[1])
     parked = store.load("k")
     assert parked is not None
@@ -163,7 +164,9 @@ def test_a_changed_or_swapped_record_is_tampering_not_an_outage(tmp_path) -> Non
     store = berth.open_store(f"file://{tmp_path}/s", identity="id", sealer=berth.PlaintextSealer())
     store.save("a", make_envelope("a"))
     store.save("b", make_envelope("b"))
-    path_a, path_b = (store.backend._paths(f"id/{k}")[1] for k in ("a", "b"))
+    backend = store.backend
+    assert isinstance(backend, FileBackend)
+    path_a, path_b = (backend._paths(f"id/{k}")[1] for k in ("a", "b"))
     data_a, original_b = Path(path_a).read_bytes(), Path(path_b).read_bytes()
     with open(path_b, "wb") as f:  # a's whole file copied over b's: another name inside
         f.write(data_a)

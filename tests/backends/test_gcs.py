@@ -133,6 +133,7 @@ def test_bad_urls_are_refused(url: str) -> None:
 def test_storage_emulator_host_is_honoured(monkeypatch: pytest.MonkeyPatch, fake: FakeGcs, bucket: str) -> None:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake.url)
     store = berth.open_store(f"gs://{bucket}/env", identity="i", sealer=berth.PlaintextSealer())
+    assert isinstance(store.backend, GcsBackend)
     client = store.backend._bucket.client
     assert isinstance(client._credentials, AnonymousCredentials)
     store.save("k", make_envelope())
@@ -211,7 +212,7 @@ def test_missing_bucket_is_a_backend_error_not_a_lost_claim(fake: FakeGcs) -> No
 def test_lost_preconditions_map_to_token_mismatch(exc: Exception) -> None:
     assert _is_lost(exc)
     with pytest.raises(berth.TokenMismatch) as info:
-        with _mapped("i/k", "delete", attempts=type("A", (), {"retried": False})()):  # type: ignore[arg-type]
+        with _mapped("i/k", "delete", attempts=type("A", (), {"retried": False})()):
             raise exc
     assert info.value.__cause__ is exc
 
@@ -229,7 +230,7 @@ def test_lost_preconditions_map_to_token_mismatch(exc: Exception) -> None:
 )
 def test_other_failures_map_to_backend_error(exc: Exception) -> None:
     with pytest.raises(berth.BackendError) as info:
-        with _mapped("i/k", "delete", attempts=type("A", (), {"retried": False})()):  # type: ignore[arg-type]
+        with _mapped("i/k", "delete", attempts=type("A", (), {"retried": False})()):
             raise exc
     assert not isinstance(info.value, berth.TokenMismatch) and info.value.__cause__ is exc
 
@@ -265,11 +266,11 @@ def test_grpc_status_codes_from_a_bucket_handle_are_lost_claims(fake: FakeGcs, b
     stale = store.load("k")
     store.save("k", make_envelope("run-2"))
     with pytest.raises(berth.TokenMismatch):
-        store.delete("k", stale.token)  # type: ignore[union-attr]
+        store.delete("k", stale.token)
     assert store.claim("k") is not None
     assert store.claim("k") is None
     with pytest.raises(berth.TokenMismatch):
-        store.delete("k", stale.token)  # type: ignore[union-attr]
+        store.delete("k", stale.token)
 
 
 # --- names and paging ------------------------------------------------------------------------
@@ -283,10 +284,10 @@ def test_names_over_the_gcs_limit_are_hashed_and_listed(fake: FakeGcs, bucket: s
     assert all(len(n.encode()) <= 1024 for n in fake.names(bucket)) and len(fake.names(bucket)) == 3
     assert sorted(backend.scan("i/")) == sorted([long_a, long_b, short])
     assert list(backend.scan("i/" + "é" * 600)) == [long_a]
-    assert backend.get(long_a)[0] == long_a.encode()[-8:] + b"-frame"  # type: ignore[index]
+    assert backend.get(long_a)[0] == long_a.encode()[-8:] + b"-frame"
     heads = {name: head for name, head, _, _ in backend.heads("i/é", 3)}
     assert heads == {long_a: long_a.encode()[-8:-5], long_b: long_b.encode()[-8:-5]}
-    backend.delete(long_b, backend.get(long_b)[1])  # type: ignore[index]
+    backend.delete(long_b, backend.get(long_b)[1])
     assert sorted(backend.scan("i/")) == sorted([long_a, short])
 
 
@@ -399,7 +400,7 @@ def test_retried_create_that_finds_its_object_present_is_unknown(proxied: tuple[
     with pytest.raises(berth.BackendError) as info:
         backend.put("i/k", b"frame", if_absent=True)
     assert not isinstance(info.value, berth.TokenMismatch)
-    assert backend.get("i/k")[0] == b"frame"  # type: ignore[index]
+    assert backend.get("i/k")[0] == b"frame"
 
 
 def test_an_unreachable_endpoint_is_a_backend_error(fake: FakeGcs) -> None:

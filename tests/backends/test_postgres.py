@@ -120,7 +120,13 @@ def test_bad_schema_or_table_names_are_refused_before_any_io(monkeypatch: pytest
         raise AssertionError("a connection was attempted")
 
     monkeypatch.setattr(psycopg, "connect", no_io)
-    for options in ({"schema": 'x"; DROP TABLE y; --'}, {"table": "1abc"}, {"schema": ""}, {"table": "x" * 49}):
+    bad: list[dict[str, Any]] = [
+        {"schema": 'x"; DROP TABLE y; --'},
+        {"table": "1abc"},
+        {"schema": ""},
+        {"table": "x" * 49},
+    ]
+    for options in bad:
         with pytest.raises(berth.BerthError) as info:
             PostgresBackend("postgresql://nobody@127.0.0.1:1/none", **options)
         assert not isinstance(info.value, berth.BackendError), "refused by a failed connection, not by the check"
@@ -530,7 +536,8 @@ def test_a_large_frame_is_read_in_pieces_and_never_mixes_two_saves(open_backend,
     second = first[::-1] + b"more"
     token = backend.put("i/l", bytearray(first))  # a bytearray frame goes as a view, not copied
     assert backend.get("i/l") == (first, token)
-    run, resaved = backend._run, []
+    run = backend._run
+    resaved: list[Any] = []
 
     def run_and_resave_once(what, name, key, params, **kw):
         row = run(what, name, key, params, **kw)

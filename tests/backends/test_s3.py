@@ -128,6 +128,7 @@ def test_endpoint_from_the_environment_and_default_region(
 ) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_url)
     store = berth.open_store(f"s3://{bucket}/env", identity="i", sealer=berth.PlaintextSealer())
+    assert isinstance(store.backend, S3Backend)
     assert store.backend._client.meta.region_name == "us-east-1"
     assert store.backend._client.meta.endpoint_url == moto_url
     store.save("k", make_envelope())
@@ -184,7 +185,7 @@ def test_object_written_by_another_tool_is_read_verbatim(moto_url: str, bucket: 
     raw.put_object(Bucket=bucket, Key="i/k", Body=b"from elsewhere")
     raw.put_object(Bucket=bucket, Key="i/empty", Body=b"")
     backend = S3Backend.from_url(f"s3://{bucket}", endpoint_url=moto_url)
-    assert backend.get("i/k")[0] == b"from elsewhere"  # type: ignore[index]
+    assert backend.get("i/k")[0] == b"from elsewhere"
     heads = {name: (head, full) for name, head, _, full in backend.heads("i/", 4)}
     assert heads == {"i/k": (b"from", 14), "i/empty": (b"", 0)}
 
@@ -209,10 +210,10 @@ def test_names_over_the_s3_limit_are_hashed_and_listed(moto_url: str, bucket: st
     assert all(len(k.encode()) <= 1024 for k in keys) and len(keys) == 3
     assert sorted(backend.scan("i/")) == sorted([long_a, long_b, short])
     assert list(backend.scan("i/" + "é" * 600)) == [long_a]
-    assert backend.get(long_a)[0] == long_a.encode()[-8:] + b"-frame"  # type: ignore[index]
+    assert backend.get(long_a)[0] == long_a.encode()[-8:] + b"-frame"
     heads = {name: head for name, head, _, _ in backend.heads("i/é", 3)}
     assert heads == {long_a: long_a.encode()[-8:-5], long_b: long_b.encode()[-8:-5]}
-    token = backend.get(long_b)[1]  # type: ignore[index]
+    token = backend.get(long_b)[1]
     backend.delete(long_b, token)
     assert sorted(backend.scan("i/")) == sorted([long_a, short])
 
@@ -315,7 +316,7 @@ def test_retried_create_that_finds_its_object_present_is_unknown(proxied: tuple[
     with pytest.raises(berth.BackendError) as info:
         backend.put("i/k", b"frame", if_absent=True)
     assert not isinstance(info.value, berth.TokenMismatch)
-    assert backend.get("i/k")[0] == b"frame"  # type: ignore[index]
+    assert backend.get("i/k")[0] == b"frame"
 
 
 # --- a server that goes away mid-loop ------------------------------------------------------

@@ -128,6 +128,7 @@ def test_deleted_frames_leave_no_bytes_behind(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(sqlite3, "connect", connect_without_secure_delete)
     marker = "deleted-marker-7f3a"
     store = berth.open_store(f"sqlite:///{tmp_path}/b.db", identity="id", sealer=berth.PlaintextSealer())
+    assert isinstance(store.backend, SqliteBackend)
     assert store.backend._conn().execute("PRAGMA secure_delete").fetchone()[0] == 1
     for i in range(20):
         store.save(f"k{i}", make_envelope(provider_state={"text": marker * 50}))
@@ -206,9 +207,9 @@ def test_large_frames_are_written_by_blob_io_under_every_condition(tmp_path) -> 
     with pytest.raises(berth.TokenMismatch):
         backend.put("i/k", other, if_absent=True)
     with pytest.raises(berth.TokenMismatch):
-        backend.put("i/k", other, if_match=berth.Token(token.value + 1))
+        backend.put("i/k", other, if_match=berth.Token(int(token.value) + 1))
     assert backend.get("i/k") == (big, token)  # a refused condition wrote nothing
-    second = backend.put("i/k", bytearray(other), if_match=token)
+    second = backend.put("i/k", bytearray(other), if_match=token)  # type: ignore[arg-type]  # a bytearray, on purpose
     assert second != token and backend.get("i/k") == (other, second)
     third = backend.put("i/new", big, if_absent=True)
     assert backend.get("i/new") == (big, third)

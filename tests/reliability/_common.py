@@ -103,7 +103,7 @@ def make_sealer(name: str, keyring: berth.Keyring | None = None) -> Any:
     if name == "kms-local":
         import berth.kms as kms
 
-        return berth.KmsSealer(kms.LocalKms(keyring))  # type: ignore[attr-defined]
+        return berth.KmsSealer(kms.LocalKms(keyring))
     raise ValueError(f"unknown sealer {name!r}")
 
 

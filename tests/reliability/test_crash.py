@@ -170,8 +170,8 @@ def run_crash(
                     continue
                 actual = parked.envelope.run_id if parked else None
                 if actual not in allowed:
-                    want = sorted(map(str, allowed))
-                    result.fail(f"kill {result.trials}: {key} holds {actual}, expected one of {want}")
+                    wanted = sorted(map(str, allowed))
+                    result.fail(f"kill {result.trials}: {key} holds {actual}, expected one of {wanted}")
                 if actual is None and model[key] is not None:
                     claimed.add(model[key])  # the in-flight claim won before the kill: a lost claim
                 model[key] = actual
@@ -182,18 +182,18 @@ def run_crash(
                 for key in KEYS:
                     found = store.backend.get(f"{IDENTITY}/{key}")
                     if found is not None and model[key] is not None:
-                        seen[key][model[key]] = found[0]
+                        seen[key][model[key]] = bytes(found[0])
             listed = sorted(x.key for x in store.list())
             if listed != sorted(k for k, v in model.items() if v is not None):
                 result.fail(f"kill {result.trials}: list() shows {listed}, model {model}")
             if kind == "file":
                 directory = root / "store" / IDENTITY
-                temps = (
+                temp_files = (
                     [p.name for p in directory.iterdir() if p.name.startswith(".tmp-")] if directory.exists() else []
                 )
-                temps_seen += bool(temps)
-                if len(temps) > 1:
-                    result.fail(f"kill {result.trials}: {len(temps)} temp files from one writer: {temps}")
+                temps_seen += bool(temp_files)
+                if len(temp_files) > 1:
+                    result.fail(f"kill {result.trials}: {len(temp_files)} temp files from one writer: {temp_files}")
                 store.save("sentinel", big_envelope(size=10))  # the next writer in this directory
                 store.claim("sentinel")
                 left = [p.name for p in directory.iterdir() if p.name.startswith(".tmp-")]

@@ -44,6 +44,7 @@ import pytest
 
 import berth
 import berth.aio
+from berth.backends import as_backend
 from berth.testing import AwaitingStore, _Portal
 from tests._net import free_port, wait_port
 from tests.conftest import unavailable
@@ -500,7 +501,7 @@ def run_lost_delete(server: Server, *, trials: int, wrap: Callable[[Any], Any] |
     with FaultProxy(server.host, server.port) as proxy:
         store = server.open(proxy, identity, sealer)
         backend = _LoseDeleteResponse(wrap(store.backend) if wrap else store.backend, proxy)
-        hooked = berth.Store(backend, identity=identity, sealer=sealer)
+        hooked = berth.Store(as_backend(backend), identity=identity, sealer=sealer)
         envelope = big_envelope(size=500)
         for i in range(trials):
             key = f"lost/{i}"
@@ -599,7 +600,7 @@ def test_claim_with_lost_delete_response_is_a_backend_error(server: Server) -> N
 
 @pytest.fixture(params=["postgresql", "redis"])
 def private_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateServer]:
-    cls = {"postgresql": PrivatePostgres, "redis": PrivateRedis}[request.param]
+    cls: Any = {"postgresql": PrivatePostgres, "redis": PrivateRedis}[request.param]
     if not cls.available():
         unavailable(f"a private {request.param} server", f"{cls.__doc__} cannot be started here")
     server = cls(tmp_path_factory.mktemp(f"private-{request.param}"))

@@ -510,7 +510,7 @@ def build(name: str, n: int, root: str) -> tuple[Callable[[], None], list[int]]:
 
 def run_fuzz(total: int, root: str) -> list[Result]:
     """Run every property with `total` examples in all; one Result per property."""
-    results = []
+    results: list[Result] = []
     Path(root).mkdir(parents=True, exist_ok=True)
     for name, share in SHARES.items():
         timer = Timer(0)

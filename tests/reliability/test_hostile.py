@@ -188,7 +188,7 @@ def run_foreign_values(backend: str, opener: Callable[[], Any], rounds: int, bud
             if flagged != sorted(f"bad/{i}" for i in range(len(bad))) or len(items) != 4 + len(bad):
                 result.fail(f"round {round_}: list flagged {flagged} of {sorted(items)}")
             removed: list[str] = []
-            swept = store.sweep(on_removed=lambda item, sink=removed: sink.append(item.key))
+            swept = store.sweep(on_removed=functools.partial(_record_key, removed))
             if swept != 2 or sorted(removed) != ["good/1", "good/3"]:
                 result.fail(f"round {round_}: sweep removed {removed}")
             report = store.reseal()
@@ -333,7 +333,7 @@ def run_forged_kms(trials: int, moto_url: str, budget: float = 600) -> Result:
             return AwsKms(key, region_name="us-east-1", endpoint_url=moto_url)
 
         berth.Store(backend, identity="t", sealer=berth.KmsSealer(kms(kek))).save("real", make_envelope("real"))
-        forger = berth.KmsSealer(_ForgerKms(kek, kms(other["Arn"])))  # type: ignore[arg-type]
+        forger = berth.KmsSealer(_ForgerKms(kek, kms(other["Arn"])))
         berth.Store(backend, identity="t", sealer=forger).save("forged", make_envelope("forged"))
         store = berth.Store(backend, identity="t", sealer=berth.KmsSealer(kms(kek)))
         result.trials += 1
@@ -430,3 +430,7 @@ def test_forged_kms_frames_long(moto_url: str, monkeypatch: pytest.MonkeyPatch) 
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     run_forged_kms(40, moto_url).check()
+
+
+def _record_key(sink: list[str], item: berth.Listing) -> None:
+    sink.append(item.key)

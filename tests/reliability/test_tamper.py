@@ -22,7 +22,7 @@ IDENTITY = "tamper"
 KEY = "org/repo#42"
 
 
-def _store(sealer_name: str, sealer: object | None = None, identity: str = IDENTITY) -> berth.Store:
+def _store(sealer_name: str, sealer: berth.Sealer | None = None, identity: str = IDENTITY) -> berth.Store:
     return berth.Store(MemoryBackend(), identity=identity, sealer=sealer or make_sealer(sealer_name))
 
 

@@ -166,7 +166,7 @@ def test_large_body_round_trip() -> None:
     changed = bytearray(sealed)
     changed[len(changed) // 2] ^= 1
     with pytest.raises(berth.IntegrityError):
-        sealer.open(changed, aad=b"x")
+        sealer.open(bytes(changed), aad=b"x")
 
 
 def test_large_state_through_a_kms_sealed_store() -> None:
