@@ -8,6 +8,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given as hypothesis_given
+from hypothesis import settings
+from hypothesis import strategies as st
 
 import berth
 from berth._codec import open_frame, seal_frame
@@ -176,7 +179,7 @@ def test_non_finite_numbers_are_refused_not_turned_into_null(number: float) -> N
     assert berth.Envelope(provider_state={"a": None, "b": 1.5, "c": 1e308}).state() == {"a": None, "b": 1.5, "c": 1e308}
 
 
-class _Dict(dict):
+class _Dict(dict[str, object]):
     pass
 
 
@@ -195,6 +198,44 @@ def test_non_finite_numbers_are_found_in_every_container_and_depth(number: float
     finite = [None, 2.5, -0.0, 5e-324, -1.7976931348623157e308, _Dict(n=None, f=[1e308, (0.5,)])]
     back = [None, 2.5, -0.0, 5e-324, -1.7976931348623157e308, {"n": None, "f": [1e308, [0.5]]}]
     assert berth.Envelope(provider_state=finite).state() == back
+
+
+def _non_finite_reference(value: object) -> bool:
+    """The plain recursive definition the fast walk must agree with."""
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    if isinstance(value, dict):
+        return any(_non_finite_reference(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite_reference(v) for v in value)
+    return False
+
+
+_json_like = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([float("nan"), float("inf"), float("-inf")])
+    | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=4)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=3).map(_Dict)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@hypothesis_given(_json_like)
+def test_a_state_is_refused_exactly_when_it_holds_nan_or_infinity(state: object) -> None:
+    if _non_finite_reference(state):
+        with pytest.raises(berth.InvalidEnvelope, match="NaN or Infinity"):
+            berth.Envelope(provider_state=state)
+    else:
+        berth.Envelope(provider_state=state)  # nothing else is refused
 
 
 def test_state_bytes_with_invalid_utf8_inside_a_string_are_refused() -> None:
