@@ -21,14 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import re
-import select
 import struct
 import threading
-import time
-import weakref
-from collections import deque
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -43,8 +38,9 @@ from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
-from berth.backends._aio import AsyncBackend, expire
+from berth.backends._aio import AsyncBackend
 from berth.backends._bulk import Head, upper_bound
+from berth.backends._pgpool import KEEP_BYTES, AsyncPool, Pool
 
 __all__ = ["SCHEMA_VERSION", "AsyncPostgresBackend", "PostgresBackend"]
 
@@ -54,7 +50,6 @@ SCHEMA_VERSION = 1
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
 _PAGE = 500
 _INT64_MAX = 2**63 - 1
-_KEEP_BYTES = LARGE_FRAME  # a pooled cursor that moved a frame larger than this is not kept (see _Lease)
 _WHOLE = LARGE_FRAME  # a get returns a frame up to this size in its one row; a larger one is read in pieces
 _PIECE = 2 << 20  # bytes per ranged read of a large frame (libpq holds about three times this meanwhile)
 _COPY_HEAD = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">iih", 0, 0, 1)  # binary COPY: signature, one field
@@ -91,166 +86,6 @@ def _mapped(what: str, name: str) -> Iterator[None]:
         yield
     except psycopg.Error as exc:
         raise _backend_error(what, name, exc) from exc
-
-
-_IDLE_TX = psycopg.pq.TransactionStatus.IDLE
-
-
-class _Lease:
-    """One pooled connection and the cursors it keeps, one per statement, reused call after call.
-
-    A cursor that runs the same statement object again keeps its adapters and
-    parsed query (psycopg's cache), which a cursor made per call rebuilds: about
-    30 µs of client CPU a statement. A kept cursor also keeps its last result and
-    parameters until its next use, so one that moved more than `_KEEP_BYTES` is
-    closed at once instead (`release`).
-    """
-
-    __slots__ = ("conn", "cursors", "since")
-
-    def __init__(self, conn: Any):  # a psycopg Connection, or an AsyncConnection in _AsyncPool
-        self.conn = conn
-        self.cursors: dict[str, Any] = {}
-        self.since = 0.0
-
-    def cursor(self, key: str, binary: bool) -> Any:
-        cur = self.cursors.get(key)
-        if cur is None:
-            cur = self.cursors[key] = self.conn.cursor(binary=binary)
-        return cur
-
-    def release(self, key: str) -> None:
-        cur = self.cursors.pop(key, None)
-        if cur is not None:
-            cur.close()
-
-
-class _Pool:
-    """Connections for one backend: at most `max_size` open at once, idle ones reused newest first.
-
-    A connection is made in the calling thread when no idle one is alive, so the
-    first call after the server comes back connects at once (no background
-    reconnect schedule to wait out). An idle connection the server has closed
-    (restart, `pg_terminate_backend`) is noticed without a round trip -- its
-    socket is readable -- and dropped before use.
-
-    Taking and giving back an idle connection is a `deque` pop and append
-    (atomic, no lock); the condition is only taken to open, drop or wait for a
-    connection. A forked child starts with an empty pool (`os.register_at_fork`):
-    the parent's sockets are not the child's to use or close.
-    """
-
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], max_size: int, timeout: float, max_idle: float):
-        self._conninfo = conninfo
-        self._kwargs = kwargs
-        self._max_size = max_size
-        self._timeout = timeout
-        self._max_idle = max_idle
-        self._closed = False
-        self._reset()
-        _POOLS.add(self)
-
-    def _reset(self) -> None:
-        self._idle: deque[_Lease] = deque()
-        self._cond = threading.Condition(threading.Lock())
-        self._size = 0  # connections open or being opened, idle or in use
-        self._waiting = 0
-
-    def take(self) -> _Lease:
-        deadline = 0.0
-        while True:
-            if self._closed:
-                raise psycopg.OperationalError("the backend is closed")
-            try:
-                lease = self._idle.pop()
-            except IndexError:
-                pass
-            else:
-                conn = lease.conn
-                if (
-                    time.monotonic() - lease.since < self._max_idle
-                    and conn.pgconn.transaction_status == _IDLE_TX
-                    # an idle connection has nothing to read unless the server ended it
-                    and not select.select([conn.pgconn.socket], [], [], 0)[0]
-                ):
-                    return lease
-                self._drop(lease)
-                continue
-            with self._cond:
-                if self._size < self._max_size:
-                    self._size += 1
-                    break
-                self._waiting += 1  # before looking at _idle: give() appends, then reads _waiting
-                try:
-                    if not self._idle:
-                        if not deadline:
-                            deadline = time.monotonic() + self._timeout
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0 or (not self._cond.wait(remaining) and not self._idle):
-                            raise psycopg.OperationalError(
-                                f"no free connection within {self._timeout:g} s (pool_timeout)"
-                            )
-                finally:
-                    self._waiting -= 1
-        try:
-            return _Lease(psycopg.connect(self._conninfo, **self._kwargs))
-        except BaseException:
-            self._forget()
-            raise
-
-    def give(self, lease: _Lease) -> None:
-        if not self._closed and lease.conn.pgconn.transaction_status == _IDLE_TX:
-            lease.since = time.monotonic()
-            self._idle.append(lease)
-            if self._waiting:
-                with self._cond:
-                    self._cond.notify()
-            if self._closed:  # close() ran meanwhile and may have drained before the append
-                self.close()
-        else:
-            self._drop(lease)
-
-    def _drop(self, lease: _Lease) -> None:
-        lease.conn.close()
-        self._forget()
-
-    def _forget(self) -> None:
-        with self._cond:
-            self._size -= 1
-            self._cond.notify()
-
-    def _forked(self) -> None:
-        self._reset()  # the parent's connections are dropped unclosed: psycopg never closes them in a child
-
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        lease = self.take()
-        try:
-            yield lease.conn
-        finally:
-            self.give(lease)
-
-    def close(self) -> None:
-        self._closed = True
-        while True:
-            try:
-                lease = self._idle.pop()
-            except IndexError:
-                break
-            self._drop(lease)
-        with self._cond:
-            self._cond.notify_all()
-
-
-_POOLS: weakref.WeakSet[_Pool | _AsyncPool] = weakref.WeakSet()  # each starts empty in a forked child
-
-
-def _after_fork_in_child() -> None:
-    for pool in list(_POOLS):
-        pool._forked()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Pieces:
@@ -373,7 +208,7 @@ class PostgresBackend(Backend):
         self._upload = True  # large puts by COPY (False once the role turns out to lack TEMP)
         self._ready_lock = threading.Lock()
         self._pool_args = (conninfo, kwargs, pool_max_size, pool_timeout, pool_max_idle)
-        self._pool = _Pool(*self._pool_args)
+        self._pool = Pool(*self._pool_args)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> PostgresBackend:
@@ -576,14 +411,14 @@ class PostgresBackend(Backend):
     ) -> tuple[Any, ...] | None:
         """Run statement `key` on a pooled connection; its first row, or None.
 
-        `large`: the parameters hold more than `_KEEP_BYTES`, so the cursor is not kept.
+        `large`: the parameters hold more than `KEEP_BYTES`, so the cursor is not kept.
         """
         pool = self._pool
         try:
             lease = pool.take()
             try:
                 row: tuple[Any, ...] | None = lease.cursor(key, binary).execute(self._q[key], params).fetchone()
-                if large or (binary and row is not None and row[0] is not None and len(row[0]) > _KEEP_BYTES):
+                if large or (binary and row is not None and row[0] is not None and len(row[0]) > KEEP_BYTES):
                     lease.release(key)
                 return row
             finally:
@@ -599,7 +434,7 @@ class PostgresBackend(Backend):
         if len(data) > _WHOLE and self._upload:
             row = self._put_by_copy(name, key, params)
         else:
-            row = self._run("save", name, key, params, large=len(data) > _KEEP_BYTES)
+            row = self._run("save", name, key, params, large=len(data) > KEEP_BYTES)
         return self._put_token(name, row, if_absent)
 
     def _put_by_copy(self, name: str, key: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -763,128 +598,6 @@ class PostgresBackend(Backend):
 # --- async: psycopg's AsyncConnection, natively --------------------------------------------------
 
 
-class _AsyncPool:
-    """`_Pool`'s async twin for one event loop: the same rules, awaited.
-
-    At most `max_size` connections; idle ones reused newest first; a connection
-    the server closed (restart, `pg_terminate_backend`) is noticed without a
-    round trip -- its socket is readable while idle -- and dropped before use; a
-    connection is made by the task that needs one, so the first call after the
-    server comes back connects at once; a forked child starts with an empty pool.
-    Waiters queue in order, each with `pool_timeout`, and a connection given back
-    goes straight to the first of them (no task can take it in between). Not
-    psycopg_pool's AsyncConnectionPool, for the reason the sync pool is not its
-    ConnectionPool: a background reconnect schedule to wait out after a restart
-    (see the fault trials in docs/reliability.md).
-    """
-
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], max_size: int, timeout: float, max_idle: float):
-        self._conninfo = conninfo
-        self._kwargs = kwargs
-        self._max_size = max_size
-        self._timeout = timeout
-        self._max_idle = max_idle
-        self._closed = False
-        self._forked()
-        _POOLS.add(self)
-
-    def _forked(self) -> None:
-        # Also the whole of a forked child's pool: the parent's connections (and the futures of
-        # its loop's waiters) are dropped unclosed, as `_Pool`'s are -- never used or closed here.
-        self._idle: deque[_Lease] = deque()
-        self._waiters: deque[asyncio.Future[_Lease | None]] = deque()
-        self._size = 0
-
-    def _reusable(self, lease: _Lease) -> bool:
-        conn = lease.conn
-        return (
-            time.monotonic() - lease.since < self._max_idle
-            and conn.pgconn.transaction_status == _IDLE_TX
-            and not select.select([conn.pgconn.socket], [], [], 0)[0]
-        )
-
-    async def take(self) -> _Lease:
-        deadline = 0.0
-        while True:
-            if self._closed:
-                raise psycopg.OperationalError("the backend is closed")
-            while self._idle:
-                lease = self._idle.pop()
-                if self._reusable(lease):
-                    return lease
-                await self._drop(lease)
-            if self._size < self._max_size:
-                self._size += 1
-                try:
-                    return _Lease(await psycopg.AsyncConnection.connect(self._conninfo, **self._kwargs))
-                except BaseException:
-                    self._forget()
-                    raise
-            loop = asyncio.get_running_loop()
-            if not deadline:
-                deadline = loop.time() + self._timeout
-            waiter: asyncio.Future[_Lease | None] = loop.create_future()
-            self._waiters.append(waiter)
-            timer = loop.call_at(deadline, expire, waiter)
-            try:
-                given = await waiter
-            except TimeoutError:
-                raise psycopg.OperationalError(
-                    f"no free connection within {self._timeout:g} s (pool_timeout)"
-                ) from None
-            except BaseException:  # cancelled: a lease handed over meanwhile goes to the next waiter
-                if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                    handed = waiter.result()
-                    if handed is not None:
-                        self._hand(handed)
-                raise
-            finally:
-                timer.cancel()
-            if given is not None:  # handed over by give(): no other task could take it meanwhile
-                if self._reusable(given):
-                    return given
-                await self._drop(given)
-            # else a slot freed (or the pool closed): look again
-
-    def _wake_one(self, lease: _Lease | None = None) -> bool:
-        # Waiters that timed out or were cancelled are done: skipped (never searched for and removed).
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(lease)
-                return True
-        return False
-
-    def _hand(self, lease: _Lease) -> None:
-        """An idle connection goes straight to the first waiter, else to the idle list."""
-        lease.since = time.monotonic()
-        if not self._wake_one(lease):
-            self._idle.append(lease)
-
-    async def give(self, lease: _Lease) -> None:
-        if not self._closed and lease.conn.pgconn.transaction_status == _IDLE_TX:
-            self._hand(lease)
-        else:
-            await self._drop(lease)
-
-    async def _drop(self, lease: _Lease) -> None:
-        try:
-            await lease.conn.close()
-        finally:
-            self._forget()
-
-    def _forget(self) -> None:
-        self._size -= 1
-        self._wake_one()
-
-    async def close(self) -> None:
-        self._closed = True
-        while self._idle:
-            await self._drop(self._idle.pop())
-        while self._wake_one():
-            pass
-
-
 class AsyncPostgresBackend(AsyncBackend):
     """`PostgresBackend` awaited, on psycopg's AsyncConnection: the same table, statements and semantics.
 
@@ -897,7 +610,7 @@ class AsyncPostgresBackend(AsyncBackend):
     def __init__(self, sync: PostgresBackend):
         self.sync = sync
         self._q = sync._q
-        self._pool = _AsyncPool(*sync._pool_args)
+        self._pool = AsyncPool(*sync._pool_args)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> AsyncPostgresBackend:
@@ -923,7 +636,7 @@ class AsyncPostgresBackend(AsyncBackend):
                 cur = lease.cursor(key, binary)
                 await cur.execute(self._q[key], params)
                 row: tuple[Any, ...] | None = await cur.fetchone()
-                if large or (binary and row is not None and row[0] is not None and len(row[0]) > _KEEP_BYTES):
+                if large or (binary and row is not None and row[0] is not None and len(row[0]) > KEEP_BYTES):
                     cur = lease.cursors.pop(key)
                     await cur.close()
                 return row
@@ -955,7 +668,7 @@ class AsyncPostgresBackend(AsyncBackend):
         if len(data) > _WHOLE and self.sync._upload:  # COPY on the sync pool, in a worker thread
             row = await asyncio.to_thread(self.sync._put_by_copy, name, key, params)
         else:
-            row = await self._run("save", name, key, params, large=len(data) > _KEEP_BYTES)
+            row = await self._run("save", name, key, params, large=len(data) > KEEP_BYTES)
         return self.sync._put_token(name, row, if_absent)
 
     async def get(self, name: str) -> tuple[bytes, Token] | None:
