@@ -7,6 +7,7 @@ passes CI.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +55,12 @@ def test_mypy_on_tests_and_benchmarks() -> None:
     command = [_tool("mypy"), "--config-file", "tests/mypy.ini", "tests", "benchmarks"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+def test_benchmarks_import_nothing_private() -> None:
+    private = re.compile(r"^\s*(from|import) berth\._", re.M)
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks").rglob("*.py") if private.search(p.read_text())]
+    assert not offenders, f"benchmarks measure the public API only; these import berth._*: {offenders}"
 
 
 def test_pre_commit_runs_what_ci_runs() -> None:

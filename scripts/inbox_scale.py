@@ -5,9 +5,11 @@ QUESTIONS of them, then times the listings the inbox makes in the background (al
 headers; the question headers alone, with the runs' listing cached) and what a
 request costs: a page of 25 cards, a far page, a label filter, /metrics.
 
-    .venv/bin/python benchmarks/inbox_scale.py [--runs 100000] [--questions 10000] [--db PATH]
+    .venv/bin/python scripts/inbox_scale.py [--runs 100000] [--questions 10000] [--db PATH]
 
-A populated --db is reused (delete it to start over).
+A populated --db is reused (delete it to start over). It lives under scripts/, not benchmarks/:
+it times the inbox's own internals (`berth._serve`), which no public call reaches, and
+benchmarks import nothing private.
 """
 
 from __future__ import annotations
