@@ -223,6 +223,10 @@ def writer_job(args: dict[str, Any]) -> dict[str, Any]:
 def writers(backend: str, ctx: dict[str, Any], role: str, trial: int, processes: int, seconds: float) -> dict[str, Any]:
     """`processes` writers for `seconds` on one store: cycles/s in total, per-cycle latency percentiles."""
     where = _where(backend, ctx, f"writers-{role}", trial)
+    if backend == "postgres" and role == "floor":
+        from _floors import PostgresFloor  # made once: concurrent CREATE TABLE IF NOT EXISTS collide in the catalog
+
+        PostgresFloor(ctx["postgres"], table=where).close()
     start_at = time.time() + 2.0 + 0.15 * processes  # after every interpreter has started and connected
     base = {"backend": backend, "role": role, "where": where, "ctx": ctx, "start_at": start_at, "seconds": seconds}
     procs = [
