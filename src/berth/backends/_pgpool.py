@@ -64,7 +64,24 @@ class Lease:
             cur.close()
 
 
-class Pool:
+class _Settings:
+    """What both pools are opened with; each starts empty and is emptied again in a forked child."""
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], max_size: int, timeout: float, max_idle: float):
+        self._conninfo = conninfo
+        self._kwargs = kwargs
+        self._max_size = max_size
+        self._timeout = timeout
+        self._max_idle = max_idle
+        self._closed = False
+        self._forked()
+        _POOLS.add(self)
+
+    def _forked(self) -> None:
+        raise NotImplementedError
+
+
+class Pool(_Settings):
     """Connections for one backend: at most `max_size` open at once, idle ones reused newest first.
 
     A connection is made in the calling thread when no idle one is alive, so the
@@ -78,16 +95,6 @@ class Pool:
     connection. A forked child starts with an empty pool (`os.register_at_fork`):
     the parent's sockets are not the child's to use or close.
     """
-
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], max_size: int, timeout: float, max_idle: float):
-        self._conninfo = conninfo
-        self._kwargs = kwargs
-        self._max_size = max_size
-        self._timeout = timeout
-        self._max_idle = max_idle
-        self._closed = False
-        self._reset()
-        _POOLS.add(self)
 
     def _reset(self) -> None:
         self._idle: deque[Lease] = deque()
@@ -181,7 +188,7 @@ class Pool:
             self._cond.notify_all()
 
 
-_POOLS: weakref.WeakSet[Pool | AsyncPool] = weakref.WeakSet()  # each starts empty in a forked child
+_POOLS: weakref.WeakSet[_Settings] = weakref.WeakSet()  # each starts empty in a forked child
 
 
 def _after_fork_in_child() -> None:
@@ -192,7 +199,7 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class AsyncPool:
+class AsyncPool(_Settings):
     """`_Pool`'s async twin for one event loop: the same rules, awaited.
 
     At most `max_size` connections; idle ones reused newest first; a connection
@@ -206,16 +213,6 @@ class AsyncPool:
     ConnectionPool: a background reconnect schedule to wait out after a restart
     (see the fault trials in docs/reliability.md).
     """
-
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], max_size: int, timeout: float, max_idle: float):
-        self._conninfo = conninfo
-        self._kwargs = kwargs
-        self._max_size = max_size
-        self._timeout = timeout
-        self._max_idle = max_idle
-        self._closed = False
-        self._forked()
-        _POOLS.add(self)
 
     def _forked(self) -> None:
         # Also the whole of a forked child's pool: the parent's connections (and the futures of
