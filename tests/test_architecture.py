@@ -235,6 +235,42 @@ def test_no_module_uses_another_modules_private_names() -> None:
     )
 
 
+def _declared(tree: ast.Module) -> set[str] | None:
+    """A module's `__all__`, or None when it has none."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def _undeclared_imports(src: Path) -> list[str]:
+    """Every name a module under `src`/berth imports from another berth module that is not in that module's
+    `__all__` (E): what a module offers the others is declared there, as httpx's modules do."""
+    paths = sorted((src / "berth").rglob("*.py"))
+    modules = {_dotted(p, src): ast.parse(p.read_text()) for p in paths}
+    found = []
+    for path in paths:
+        name = _dotted(path, src)
+        for node in ast.walk(modules[name]):
+            if not isinstance(node, ast.ImportFrom) or node.level or node.module not in modules or node.module == name:
+                continue
+            declared = _declared(modules[node.module])
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in modules or _is_private(alias.name):
+                    continue  # a submodule; or a private name, which rule A reports
+                if declared is None or alias.name not in declared:
+                    where = path.relative_to(src).as_posix()
+                    found.append(f"{where}:{node.lineno}: {alias.name} is not in {node.module}.__all__")
+    return found
+
+
+def test_what_a_module_takes_from_another_is_in_its_all() -> None:
+    undeclared = _undeclared_imports(SRC)
+    assert not undeclared, "add these names to their module's __all__ (its declared face):\n  " + "\n  ".join(
+        undeclared
+    )
+
+
 _FAKE = {
     "berth/__init__.py": "",
     "berth/_plan.py": "def call(role, method, *args):\n    return role, method, args\n",
@@ -254,6 +290,8 @@ _FAKE = {
         "import berth._own as own_module\n"
         "from berth import pkg\n"
         "from berth._own import Own, _helper\n"  # A
+        "from berth._own import Own as Again, public\n"
+        "from berth._plan import call as step\n"  # E: not in berth._plan.__all__ (it has none)
         "from berth._plan import call\n"
         "from berth.pkg import _sub\n"  # a submodule: allowed
         "class Mine:\n"
@@ -287,4 +325,8 @@ def test_the_private_name_check_finds_each_kind_of_crossing(tmp_path: Path) -> N
     lines = sorted({int(f.split(":")[1]) for f in found})
     assert all(f.startswith("berth/user.py:") for f in found), found
     # Line numbers of berth/user.py, one for each crossing marked above and none for the allowed uses.
-    assert lines == [3, 13, 14, 15, 16, 17, 18, 20, 23], found
+    assert lines == [3, 15, 16, 17, 18, 19, 20, 22, 25], found
+    assert _undeclared_imports(tmp_path) == [
+        "berth/user.py:5: call is not in berth._plan.__all__",
+        "berth/user.py:6: call is not in berth._plan.__all__",
+    ]

@@ -23,7 +23,7 @@ from berth._sealer import LARGE_FRAME, FrameBuffer
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-__all__ = ["AesGcmSealer", "Keyring"]
+__all__ = ["AesGcmSealer", "Keyring", "gcm_open_split", "gcm_seal_parts"]
 
 _NONCE = 12
 _TAG = 16

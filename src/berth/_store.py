@@ -59,6 +59,7 @@ __all__ = [
     "PlaintextWarning",
     "ResealReport",
     "Store",
+    "StoreCore",
     "load_checkpoint",
     "open_store",
     "save_checkpoint",
