@@ -201,8 +201,9 @@ def test_a_flipped_byte_is_refused(tmp_path: Path) -> None:
     saver = BerthSaver(store)
     stored = _put(saver, "t1", {"approved": False})
     saver.put_writes(stored, [("approved", False)], "task-1")
-    for key in (f"langgraph/t1/~/c/{stored['configurable']['checkpoint_id']}", None):
-        name = store.core.name(key) if key else next(iter(store.backend.scan(store.core.prefix + "langgraph/t1/~/w/")))
+    checkpoint = f"langgraph/t1/~/c/{stored['configurable']['checkpoint_id']}"
+    for key in (checkpoint, f"{checkpoint}/task-1"):  # the checkpoint, then its writes
+        name = store.core.name(key)
         frame = store.backend.get(name)
         assert frame is not None
         data = bytearray(frame[0])

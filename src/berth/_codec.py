@@ -34,7 +34,6 @@ from berth._sealer import PartsSealer, Sealer
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
-    "MAX_HEADER",
     "PREFIX_SIZE",
     "Header",
     "build_aad",

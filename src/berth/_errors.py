@@ -34,7 +34,6 @@ __all__ = [
     "InvalidEnvelope",
     "InvalidKey",
     "TokenMismatch",
-    "where",
 ]
 
 
