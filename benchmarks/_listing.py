@@ -125,6 +125,8 @@ def _floor_scan(backend: str, url: str) -> int:
                 n += 1
     elif backend == "file":
         directory = url.removeprefix("file://") + "/bench"
+        if os.path.isdir(directory + "@2"):  # the ordered layout (a legacy store keeps `bench/`)
+            directory += "@2"
         dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             with os.scandir(dfd) as entries:

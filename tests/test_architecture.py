@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -28,3 +29,304 @@ def test_every_module_is_on_the_map() -> None:
 def test_the_map_names_no_module_that_does_not_exist() -> None:
     stale = sorted(_mapped() - _modules())
     assert not stale, f"docs/architecture.md's module map names modules that are gone: {stale}"
+
+
+# --- no private cross-module calls ----------------------------------------------------------
+#
+# Every module under src/berth is private (`_store.py`) and says what it offers the others in its
+# public (non-underscore) names; an underscore name is that module's own. These checks read the
+# source (no import) and fail on a module that uses another berth module's underscore name:
+#
+#   A. `from berth.x import _name` (a submodule, `from berth._cli import _app`, is a module, not a name);
+#   B. `obj._name` where obj is another berth module (`_store._warn_plaintext`), or what one of its
+#      names was imported as (`AsyncStore._over`), or a value known to be another module's class: an
+#      attribute the class assigns from one (`self._core = QuestionStore(...)`, `self._core: Store`),
+#      a parameter annotated with one, a local made by one;
+#   C. `obj._name` where `_name` is defined nowhere in this module but in another berth module
+#      (whatever `obj` is: the seam used without a declaration in sight);
+#   D. a plan step (`berth._plan.call(role, "_name", ...)`): a plan runs against another module's
+#      objects (the async twins), so the method it names is a declared one.
+#
+# Underscore names of the standard library and of other packages (`namedtuple._replace`,
+# `sys._getframe`) are not berth's and are not checked here.
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _dotted(path: Path, src: Path) -> str:
+    parts = list(path.relative_to(src).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _names_in(node: ast.AST | None) -> set[str]:
+    """The plain names an annotation or a call's callee mentions (`Store | None` -> {"Store"})."""
+    if node is None:
+        return set()
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            node = ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return set()
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _defined(tree: ast.AST) -> set[str]:
+    """Every name a module defines: functions, classes, attributes it assigns, module and class variables."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+    return names
+
+
+class _Module:
+    def __init__(self, dotted: str, path: Path, tree: ast.Module, modules: set[str]):
+        self.dotted, self.path, self.tree = dotted, path, tree
+        self.foreign: dict[str, str] = {}  # local name -> "berth.x" (a module) or "berth.x:Name" (a name of it)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "berth":
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    target = sub if sub in modules else f"{node.module}:{alias.name}"
+                    if node.module != dotted:
+                        self.foreign[alias.asname or alias.name] = target
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "berth" and alias.name != dotted:
+                        self.foreign[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else "berth"
+
+    def foreign_class(self, names: set[str]) -> str | None:
+        """The other module's name among `names` (an annotation's, a callee's), if any."""
+        for name in sorted(names):
+            target = self.foreign.get(name, "")
+            if ":" in target:
+                return target
+        return None
+
+
+def _class_attrs(module: _Module, cls: ast.ClassDef) -> dict[str, str]:
+    """The attributes of `cls` known to hold another module's class: {"_core": "berth._store:Store"}."""
+    attrs: dict[str, str] = {}
+    for node in ast.walk(cls):
+        target: ast.expr
+        if isinstance(node, ast.AnnAssign):
+            target, names = node.target, _names_in(node.annotation)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call):
+            target, names = node.targets[0], _names_in(node.value.func)
+        else:
+            continue
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+            name = target.attr
+        elif isinstance(target, ast.Name) and node in cls.body:
+            name = target.id
+        else:
+            continue
+        owner = module.foreign_class(names)
+        if owner is not None:
+            attrs[name] = owner
+    return attrs
+
+
+def _function_locals(module: _Module, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, str]:
+    """The parameters and locals of `fn` known to hold another module's class."""
+    held: dict[str, str] = {}
+    args = fn.args
+    for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+        if arg is not None:
+            owner = module.foreign_class(_names_in(arg.annotation))
+            if owner is not None:
+                held[arg.arg] = owner
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            owner = module.foreign_class(_names_in(node.value.func))
+            for target in node.targets:
+                if owner is not None and isinstance(target, ast.Name):
+                    held[target.id] = owner
+    return held
+
+
+def _private_crossings(src: Path) -> list[str]:
+    """Every use, in a module under `src`/berth, of another berth module's underscore name (rules A-D)."""
+    paths = sorted((src / "berth").rglob("*.py"))
+    modules = {_dotted(p, src) for p in paths}
+    parsed = {_dotted(p, src): _Module(_dotted(p, src), p, ast.parse(p.read_text()), modules) for p in paths}
+    defined = {name: _defined(m.tree) for name, m in parsed.items()}
+    found: list[tuple[str, int, str]] = []
+    for name, module in parsed.items():
+        others = set().union(*(d for n, d in defined.items() if n != name))
+        where = module.path.relative_to(src).as_posix()
+
+        def report(node: ast.AST, what: str) -> None:
+            found.append((where, getattr(node, "lineno", 0), what))  # noqa: B023
+
+        # A: private names imported from another berth module.
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "berth":
+                for alias in node.names:
+                    if _is_private(alias.name) and f"{node.module}.{alias.name}" not in modules:
+                        report(node, f"from {node.module} import {alias.name}")
+
+        # B and C: `obj._name` on another module's object, or a name only another module defines.
+        # Functions and methods first, so what a class or a function knows of a value names its owner;
+        # the module's whole tree last, for rule C alone.
+        scopes: list[tuple[ast.AST, dict[str, str], dict[str, str]]] = []
+        for cls in [n for n in ast.walk(module.tree) if isinstance(n, ast.ClassDef)]:
+            attrs = _class_attrs(module, cls)
+            for fn in ast.walk(cls):
+                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    scopes.append((fn, attrs, _function_locals(module, fn)))
+        for fn in module.tree.body:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                scopes.append((fn, {}, _function_locals(module, fn)))
+        scopes.append((module.tree, {}, {}))
+        seen: set[tuple[int, int, str]] = set()
+        for scope, attrs, held in scopes:
+            for node in ast.walk(scope):
+                if not isinstance(node, ast.Attribute) or not _is_private(node.attr):
+                    continue
+                spot = (node.lineno, node.col_offset, node.attr)
+                value = node.value
+                owner: str | None = None
+                if isinstance(value, ast.Name) and value.id not in ("self", "cls"):
+                    owner = held.get(value.id) or module.foreign.get(value.id)
+                    if owner is not None and ":" not in owner and f"{owner}.{node.attr}" in modules:
+                        owner = None  # a submodule of a package: a module, not a private name
+                elif (
+                    isinstance(value, ast.Attribute)
+                    and isinstance(value.value, ast.Name)
+                    and value.value.id in ("self", "cls")
+                ):
+                    owner = attrs.get(value.attr)
+                if owner is None and node.attr not in defined[name] and node.attr in others:
+                    owner = "another berth module"
+                if owner is not None and spot not in seen:
+                    seen.add(spot)
+                    report(node, f"{ast.unparse(node)} (a private name of {owner})")
+
+        # D: plan steps that name a private method.
+        if "call" in module.foreign and module.foreign["call"] == "berth._plan:call" or name == "berth._plan":
+            for node in ast.walk(module.tree):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id == "call"
+                    and len(node.args) >= 2
+                    and isinstance(node.args[1], ast.Constant)
+                    and isinstance(node.args[1].value, str)
+                    and _is_private(node.args[1].value)
+                ):
+                    report(node, f"plan step {ast.unparse(node)[:60]} names a private method")
+    return [f"{where}:{line}: {what}" for where, line, what in sorted(found)]
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    crossings = _private_crossings(SRC)
+    assert not crossings, (
+        "a berth module uses another's underscore name: declare what it needs as a public name of that module "
+        "(in its __all__, or a method without the underscore) instead:\n  " + "\n  ".join(crossings)
+    )
+
+
+def _declared(tree: ast.Module) -> set[str] | None:
+    """A module's `__all__`, or None when it has none."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def _undeclared_imports(src: Path) -> list[str]:
+    """Every name a module under `src`/berth imports from another berth module that is not in that module's
+    `__all__` (E): what a module offers the others is declared there, as httpx's modules do."""
+    paths = sorted((src / "berth").rglob("*.py"))
+    modules = {_dotted(p, src): ast.parse(p.read_text()) for p in paths}
+    found = []
+    for path in paths:
+        name = _dotted(path, src)
+        for node in ast.walk(modules[name]):
+            if not isinstance(node, ast.ImportFrom) or node.level or node.module not in modules or node.module == name:
+                continue
+            declared = _declared(modules[node.module])
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in modules or _is_private(alias.name):
+                    continue  # a submodule; or a private name, which rule A reports
+                if declared is None or alias.name not in declared:
+                    where = path.relative_to(src).as_posix()
+                    found.append(f"{where}:{node.lineno}: {alias.name} is not in {node.module}.__all__")
+    return found
+
+
+def test_what_a_module_takes_from_another_is_in_its_all() -> None:
+    undeclared = _undeclared_imports(SRC)
+    assert not undeclared, "add these names to their module's __all__ (its declared face):\n  " + "\n  ".join(
+        undeclared
+    )
+
+
+_FAKE = {
+    "berth/__init__.py": "",
+    "berth/_plan.py": "def call(role, method, *args):\n    return role, method, args\n",
+    "berth/_own.py": (
+        "import collections\n"
+        "__all__ = ['Own', 'public']\n"
+        "class Own:\n"
+        "    def _hidden(self): ...\n"
+        "    def _secret(self): ...\n"
+        "    def shown(self): return self._hidden()\n"
+        "def public(): ...\n"
+        "def _helper(): ...\n"
+    ),
+    "berth/pkg/__init__.py": "",
+    "berth/pkg/_sub.py": "",
+    "berth/user.py": (
+        "import berth._own as own_module\n"
+        "from berth import pkg\n"
+        "from berth._own import Own, _helper\n"  # A
+        "from berth._own import Own as Again, public\n"
+        "from berth._plan import call as step\n"  # E: not in berth._plan.__all__ (it has none)
+        "from berth._plan import call\n"
+        "from berth.pkg import _sub\n"  # a submodule: allowed
+        "class Mine:\n"
+        "    held: Own\n"
+        "    def __init__(self):\n"
+        "        self._core = Own()\n"
+        "        self._mine = 1\n"
+        "    def f(self, other: Own | None, pair):\n"
+        "        local = Own()\n"
+        "        self._core._hidden()\n"  # B: an attribute assigned from the class
+        "        self.held._hidden()\n"  # B: a class-level annotation
+        "        other._hidden()\n"  # B: a parameter's annotation
+        "        local._hidden()\n"  # B: a local made by the class
+        "        Own._hidden(local)\n"  # B: the imported name itself
+        "        own_module._helper()\n"  # B: another module, as a module
+        "        pkg._sub\n"  # a submodule: allowed
+        "        pair._secret()\n"  # C: defined only in another module
+        "        pair._replace(x=1)\n"  # namedtuple's: allowed
+        "        self._mine\n"  # its own: allowed
+        "        yield call('store', '_hidden')\n"  # D
+        "        yield call('store', 'shown')\n"  # allowed
+    ),
+}
+
+
+def test_the_private_name_check_finds_each_kind_of_crossing(tmp_path: Path) -> None:
+    for name, text in _FAKE.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = _private_crossings(tmp_path)
+    lines = sorted({int(f.split(":")[1]) for f in found})
+    assert all(f.startswith("berth/user.py:") for f in found), found
+    # Line numbers of berth/user.py, one for each crossing marked above and none for the allowed uses.
+    assert lines == [3, 15, 16, 17, 18, 19, 20, 22, 25], found
+    assert _undeclared_imports(tmp_path) == [
+        "berth/user.py:5: call is not in berth._plan.__all__",
+        "berth/user.py:6: call is not in berth._plan.__all__",
+    ]

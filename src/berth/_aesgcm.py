@@ -18,12 +18,12 @@ import msgspec
 
 from berth._atomic import make_dirs, remove_stale_temps, write_atomic
 from berth._errors import IntegrityError
-from berth._sealer import LARGE_FRAME
+from berth._sealer import LARGE_FRAME, FrameBuffer
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-__all__ = ["AesGcmSealer", "Keyring"]
+__all__ = ["AesGcmSealer", "Keyring", "gcm_open_split", "gcm_seal_parts"]
 
 _NONCE = 12
 _TAG = 16
@@ -58,7 +58,7 @@ def gcm_seal_parts(key: bytes, aead: AESGCM, nonce: bytes, head: bytes, parts: S
         return b"".join((head, aead.encrypt(nonce, parts[0] if len(parts) == 1 else b"".join(parts), aad)))
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-    out = bytearray(len(head) + total + _TAG)
+    out = FrameBuffer(len(head) + total + _TAG)
     view = memoryview(out)
     view[: len(head)] = head
     enc = Cipher(algorithms.AES(key), modes.GCM(nonce)).encryptor()
@@ -72,7 +72,7 @@ def gcm_seal_parts(key: bytes, aead: AESGCM, nonce: bytes, head: bytes, parts: S
             at += enc.update_into(piece[i : i + _STREAM], view[at:])
     enc.finalize()
     view[at:] = enc.tag
-    return out  # type: ignore[return-value]  # a bytearray: copying 1 MiB+ to bytes would cost a pass
+    return out  # type: ignore[return-value]  # a FrameBuffer: copying 1 MiB+ to bytes would cost a pass
 
 
 def gcm_open_split(

@@ -1,8 +1,9 @@
 """`AsyncQuestionStore` and the async `Coordinator`: the question store and suspend/wake, awaited.
 
-Both run the sync classes' own plans (`berth._plan`): `QuestionStore`'s
-compare-and-swap loops and `Coordinator`'s suspend and wake are written once,
-as generators of store calls, and awaited here against `AsyncStore`s.
+Both await the plans (`berth._plan`) the sync classes run: `QuestionCore`'s
+(the question store's reads and compare-and-swap loops) and `Coordinator`'s
+suspend and wake are written once, as generators of store calls, and awaited
+here against `AsyncStore`s.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from berth._aio_store import AsyncStore
 from berth._coordinator import Coordinator as SyncCoordinator
 from berth._coordinator import Wake
 from berth._envelope import Envelope
-from berth._errors import FormatError, IntegrityError
 from berth._plan import arun
-from berth._questions import Answer, Question, QuestionStore, log
+from berth._questions import NAMESPACE, Answer, Question, QuestionStore
 from berth._sealer import Sealer
 from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing
 from berth.backends._aio import AsyncBackend, sync_twin
@@ -43,15 +43,16 @@ class AsyncQuestionStore:
         clock: Callable[[], datetime] | None = None,
     ):
         """Wrap an async backend (arguments as `berth.QuestionStore`'s)."""
-        self._core = QuestionStore(
-            sync_twin(backend),
-            identity=identity,
-            sealer=sealer,
-            accept_plaintext=accept_plaintext,
-            max_record_bytes=max_record_bytes,
-            clock=clock,
-        )
-        self._frames = AsyncStore._over(self._core._frames, backend)
+        options: dict[str, Any] = {
+            "identity": identity,
+            "sealer": sealer,
+            "accept_plaintext": accept_plaintext,
+            "clock": clock,
+        }
+        self._sync = QuestionStore(sync_twin(backend), max_record_bytes=max_record_bytes, **options)
+        # The sync store's decisions (its core), awaited against the namespace's frames as an AsyncStore.
+        self._core = self._sync.core
+        self._frames = AsyncStore(backend, max_envelope_bytes=max_record_bytes, namespace=NAMESPACE, **options)
         self._targets = {"frames": self._frames}
         self.identity = self._core.identity
 
@@ -61,11 +62,11 @@ class AsyncQuestionStore:
     @property
     def sync(self) -> QuestionStore:
         """The sync `QuestionStore` over the same backend and sealer."""
-        return self._core
+        return self._sync
 
     def now(self) -> datetime:
         """The store's clock."""
-        return self._core.now()
+        return self._core.clock()
 
     async def __aenter__(self) -> AsyncQuestionStore:
         return self
@@ -87,27 +88,27 @@ class AsyncQuestionStore:
         deadline: datetime | None = None,
     ) -> Question:
         """Ask a human `prompt` about the run parked under `key`, as `QuestionStore.ask`."""
-        return await arun(self._core._ask(key, prompt, run_id, question_id, deadline), self._targets)
+        return await arun(self._core.ask(key, prompt, run_id, question_id, deadline), self._targets)
 
     async def pending(self, key: str) -> Question | None:
         """The question pending under `key`, as `QuestionStore.pending`."""
-        return await arun(self._core._pending(key), self._targets)
+        return await arun(self._core.pending(key), self._targets)
 
     async def answer(self, key: str) -> Answer | None:
         """The answer to the question pending under `key`, as `QuestionStore.answer`."""
-        return await arun(self._core._answer(key), self._targets)
+        return await arun(self._core.answer(key), self._targets)
 
     async def record(self, key: str) -> tuple[Question, Answer | None] | None:
         """The pending question under `key` with its answer, as `QuestionStore.record`."""
-        return await arun(self._core._record_of(key), self._targets)
+        return await arun(self._core.record(key), self._targets)
 
     async def provide(self, key: str, question_id: str, text: str, by: str = "unknown") -> Answer:
         """Answer the pending question under `key`, as `QuestionStore.provide`."""
-        return await arun(self._core._provide(key, question_id, text, by), self._targets)
+        return await arun(self._core.provide(key, question_id, text, by), self._targets)
 
     async def consume(self, key: str, question_id: str) -> bool:
         """Remove question `question_id` under `key` if still pending, as `QuestionStore.consume`."""
-        return await arun(self._core._consume(key, question_id), self._targets)
+        return await arun(self._core.consume(key, question_id), self._targets)
 
     def headers(self, prefix: str = "") -> AsyncIterator[Listing]:
         """`async for` the cleartext headers of the question records, as `QuestionStore.headers`."""
@@ -120,13 +121,9 @@ class AsyncQuestionStore:
 
     async def _records(self, listings: AsyncIterator[Listing]) -> AsyncIterator[tuple[Question, Answer | None]]:
         async for listing in listings:
-            try:
-                record = await arun(self._core._read(listing.key), self._targets)
-            except (FormatError, IntegrityError) as exc:
-                log.warning("berth: skipping unreadable question record: %s", exc)
-                continue
+            record = await arun(self._core.listed(listing.key), self._targets)
             if record is not None:
-                yield record.question, record.answer
+                yield record
 
     async def sweep(self, now: datetime | None = None) -> int:
         """Remove every question whose run's deadline has passed, as `QuestionStore.sweep`."""

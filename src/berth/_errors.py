@@ -34,6 +34,7 @@ __all__ = [
     "InvalidEnvelope",
     "InvalidKey",
     "TokenMismatch",
+    "where",
 ]
 
 

@@ -38,7 +38,16 @@ from berth._plan import Plan, arun, call, run
 from berth._questions import Answer, Question, QuestionStore
 from berth._store import Store
 
-__all__ = ["CallQuestions", "Outcome", "Pending", "Parking", "call_key", "parse_approval"]
+__all__ = [
+    "CallQuestions",
+    "Outcome",
+    "Parking",
+    "Pending",
+    "answers_by_call",
+    "call_key",
+    "parse_approval",
+    "rejection",
+]
 
 log = logging.getLogger("berth")
 

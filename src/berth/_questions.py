@@ -38,7 +38,7 @@ from berth._time import utcnow
 from berth._token import Token
 from berth.backends import Backend, open_backend
 
-__all__ = ["Answer", "AnswerRefused", "Question", "QuestionStore", "open_questions"]
+__all__ = ["NAMESPACE", "Answer", "AnswerRefused", "Question", "QuestionCore", "QuestionStore", "open_questions"]
 
 log = logging.getLogger("berth")
 
@@ -144,62 +144,19 @@ def _text(value: object, what: str) -> str:
     return value
 
 
-class QuestionStore:
-    """Questions and answers for the parked runs of one identity, in one backend.
+class QuestionCore:
+    """Every decision the question store makes, as plans: shared by `QuestionStore` and `berth.aio.AsyncQuestionStore`.
 
-    Safe to share between threads; every backend is safe to share between
-    processes. Open one with `berth.open_questions(url, identity=...)`, or wrap a
-    backend: `QuestionStore(backend, identity="pr-bot", sealer=...)` (the same
-    backend object an envelope `Store` uses is fine: the namespaces never meet).
+    Key and argument checks (before any I/O), the record's wire format, the
+    compare-and-swap loops of `provide` and `consume`, and the messages of every
+    error. Each method returns a plan (`berth._plan`) over one role, "frames": the
+    namespace's `Store`, which `QuestionStore` runs it against, or its `AsyncStore`,
+    which `AsyncQuestionStore` awaits it against. A store holds one (`questions.core`).
     """
 
-    def __init__(
-        self,
-        backend: Backend,
-        *,
-        identity: str,
-        sealer: Sealer | None = None,
-        accept_plaintext: bool = False,
-        max_record_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
-        clock: Callable[[], datetime] | None = None,
-    ):
+    def __init__(self, *, identity: str, clock: Callable[[], datetime] | None = None):
         self.identity = validate_identity(identity)
-        self._frames = Store(
-            backend,
-            identity=identity,
-            sealer=sealer,
-            accept_plaintext=accept_plaintext,
-            max_envelope_bytes=max_record_bytes,
-            clock=clock,
-            namespace=NAMESPACE,
-        )
-        self._clock = clock or utcnow
-        self._targets = {"frames": self._frames}
-
-    def __repr__(self) -> str:
-        return (
-            f"QuestionStore({type(self._frames.backend).__name__}, identity={self.identity!r}, "
-            f"sealer={self._frames.sealer!r})"
-        )
-
-    def __enter__(self) -> QuestionStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def backend(self) -> Backend:
-        """The backend the records live in."""
-        return self._frames.backend
-
-    def close(self) -> None:
-        """Release the backend's connections."""
-        self._frames.close()
-
-    def now(self) -> datetime:
-        """The store's clock (injectable for tests)."""
-        return self._clock()
+        self.clock = clock or utcnow
 
     # --- records -------------------------------------------------------------------------
 
@@ -207,7 +164,7 @@ class QuestionStore:
         return validate_key(key, self.identity)
 
     def _read(self, key: str) -> Plan[_Record | None]:
-        """Read the record under `key` (a plan over the frames store)."""
+        """Read the record under `key` (already checked)."""
         parked = yield call("frames", "load", key, allow_expired=True)
         return self._record(key, parked)
 
@@ -247,6 +204,174 @@ class QuestionStore:
             created_at=question.asked_at,
         )
 
+    # --- the protocol, as plans --------------------------------------------------------------
+
+    def ask(
+        self, key: str, prompt: str, run_id: str, question_id: str | None, deadline: datetime | None
+    ) -> Plan[Question]:
+        """`QuestionStore.ask` as a plan: every argument checked before its one save."""
+        key = self._key(key)
+        _text(prompt, "prompt")
+        _text(run_id, "run_id")
+        if question_id is None:
+            question_id = os.urandom(16).hex()
+        elif not _text(question_id, "question_id"):
+            raise InvalidKey(f"empty question id at {where(self.identity, key)}", identity=self.identity, key=key)
+        question = Question(question_id, key, run_id, prompt, self.clock())
+        yield call("frames", "save", key, self._envelope(question, None, deadline))
+        return question
+
+    def pending(self, key: str) -> Plan[Question | None]:
+        """`QuestionStore.pending` as a plan."""
+        record = yield from self._read(self._key(key))
+        return None if record is None else record.question
+
+    def answer(self, key: str) -> Plan[Answer | None]:
+        """`QuestionStore.answer` as a plan."""
+        record = yield from self._read(self._key(key))
+        return None if record is None else record.answer
+
+    def record(self, key: str) -> Plan[tuple[Question, Answer | None] | None]:
+        """`QuestionStore.record` as a plan."""
+        record = yield from self._read(self._key(key))
+        return None if record is None else (record.question, record.answer)
+
+    def listed(self, key: str) -> Plan[tuple[Question, Answer | None] | None]:
+        """The record of a key a listing found: None if it is gone, or does not open (skipped and logged)."""
+        try:
+            record = yield from self._read(key)
+        except (FormatError, IntegrityError) as exc:
+            log.warning("berth: skipping unreadable question record: %s", exc)
+            return None
+        return None if record is None else (record.question, record.answer)
+
+    def provide(self, key: str, question_id: str, text: str, by: str) -> Plan[Answer]:
+        """`QuestionStore.provide` as a plan: read, decide, save if unchanged since read; again on a lost race."""
+        key = self._key(key)
+        _text(question_id, "question_id")
+        _text(text, "text")
+        _text(by, "by")
+        for _ in range(_RETRIES):
+            record = yield from self._read(key)
+            if record is None:
+                raise AnswerRefused(
+                    f"no question is pending at {where(self.identity, key)}: "
+                    f"question {question_id!r} was consumed or never asked",
+                    identity=self.identity,
+                    key=key,
+                    question_id=question_id,
+                )
+            pending = record.question
+            if pending.id != question_id:
+                raise AnswerRefused(
+                    f"question {question_id!r} at {where(self.identity, key)} is not the pending one: "
+                    f"it was superseded by question {pending.id!r}",
+                    identity=self.identity,
+                    key=key,
+                    question_id=question_id,
+                    pending_id=pending.id,
+                )
+            if record.answer is not None:
+                if record.answer.text == text and record.answer.by == by:
+                    return record.answer
+                raise AnswerRefused(
+                    f"question {question_id!r} at {where(self.identity, key)} was already answered "
+                    f"by {record.answer.by!r} at {record.answer.answered_at.isoformat()}",
+                    identity=self.identity,
+                    key=key,
+                    question_id=question_id,
+                    pending_id=pending.id,
+                )
+            answer = Answer(question_id, text, by, self.clock())
+            try:
+                yield call(
+                    "frames", "save", key, self._envelope(pending, answer, record.deadline), if_match=record.token
+                )
+            except TokenMismatch:
+                continue  # changed since read: re-read and decide again
+            return answer
+        raise BackendError(
+            f"answer at {where(self.identity, key)} kept losing to concurrent writers", identity=self.identity, key=key
+        )
+
+    def consume(self, key: str, question_id: str) -> Plan[bool]:
+        """`QuestionStore.consume` as a plan: delete with the token read, again on a lost race."""
+        key = self._key(key)
+        _text(question_id, "question_id")
+        for _ in range(_RETRIES):
+            record = yield from self._read(key)
+            if record is None or record.question.id != question_id:
+                return False
+            try:
+                yield call("frames", "delete", key, record.token)
+            except TokenMismatch:
+                continue
+            return True
+        raise BackendError(
+            f"consume at {where(self.identity, key)} kept losing to concurrent writers",
+            identity=self.identity,
+            key=key,
+        )
+
+
+class QuestionStore:
+    """Questions and answers for the parked runs of one identity, in one backend.
+
+    Safe to share between threads; every backend is safe to share between
+    processes. Open one with `berth.open_questions(url, identity=...)`, or wrap a
+    backend: `QuestionStore(backend, identity="pr-bot", sealer=...)` (the same
+    backend object an envelope `Store` uses is fine: the namespaces never meet).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        identity: str,
+        sealer: Sealer | None = None,
+        accept_plaintext: bool = False,
+        max_record_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
+        clock: Callable[[], datetime] | None = None,
+    ):
+        self.core = QuestionCore(identity=identity, clock=clock)
+        """Every decision this store makes, as plans (shared with `berth.aio.AsyncQuestionStore`)."""
+        self.identity = self.core.identity
+        self._frames = Store(
+            backend,
+            identity=identity,
+            sealer=sealer,
+            accept_plaintext=accept_plaintext,
+            max_envelope_bytes=max_record_bytes,
+            clock=clock,
+            namespace=NAMESPACE,
+        )
+        self._targets = {"frames": self._frames}
+
+    def __repr__(self) -> str:
+        return (
+            f"QuestionStore({type(self._frames.backend).__name__}, identity={self.identity!r}, "
+            f"sealer={self._frames.sealer!r})"
+        )
+
+    def __enter__(self) -> QuestionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def backend(self) -> Backend:
+        """The backend the records live in."""
+        return self._frames.backend
+
+    def close(self) -> None:
+        """Release the backend's connections."""
+        self._frames.close()
+
+    def now(self) -> datetime:
+        """The store's clock (injectable for tests)."""
+        return self.core.clock()
+
     # --- the protocol ----------------------------------------------------------------------
 
     def ask(
@@ -275,21 +400,7 @@ class QuestionStore:
             TypeError: `prompt`, `run_id` or `question_id` is not a str.
             BackendError: the write failed; an earlier question, if any, may still be pending.
         """
-        return run(self._ask(key, prompt, run_id, question_id, deadline), self._targets)
-
-    def _ask(
-        self, key: str, prompt: str, run_id: str, question_id: str | None, deadline: datetime | None
-    ) -> Plan[Question]:
-        key = self._key(key)
-        _text(prompt, "prompt")
-        _text(run_id, "run_id")
-        if question_id is None:
-            question_id = os.urandom(16).hex()
-        elif not _text(question_id, "question_id"):
-            raise InvalidKey(f"empty question id at {where(self.identity, key)}", identity=self.identity, key=key)
-        question = Question(question_id, key, run_id, prompt, self._clock())
-        yield call("frames", "save", key, self._envelope(question, None, deadline))
-        return question
+        return run(self.core.ask(key, prompt, run_id, question_id, deadline), self._targets)
 
     def pending(self, key: str) -> Question | None:
         """The question the run parked under `key` waits on: asked and not yet consumed.
@@ -302,11 +413,7 @@ class QuestionStore:
             IntegrityError, FormatError: the record does not open.
             BackendError: the backend failed.
         """
-        return run(self._pending(key), self._targets)
-
-    def _pending(self, key: str) -> Plan[Question | None]:
-        record = yield from self._read(self._key(key))
-        return None if record is None else record.question
+        return run(self.core.pending(key), self._targets)
 
     def answer(self, key: str) -> Answer | None:
         """The answer to the pending question under `key`, or None while it is unanswered.
@@ -316,11 +423,7 @@ class QuestionStore:
             IntegrityError, FormatError: the record does not open.
             BackendError: the backend failed.
         """
-        return run(self._answer(key), self._targets)
-
-    def _answer(self, key: str) -> Plan[Answer | None]:
-        record = yield from self._read(self._key(key))
-        return None if record is None else record.answer
+        return run(self.core.answer(key), self._targets)
 
     def record(self, key: str) -> tuple[Question, Answer | None] | None:
         """The pending question under `key` with its answer (None while unanswered), in one read; None if none.
@@ -330,11 +433,7 @@ class QuestionStore:
             IntegrityError, FormatError: the record does not open.
             BackendError: the backend failed.
         """
-        return run(self._record_of(key), self._targets)
-
-    def _record_of(self, key: str) -> Plan[tuple[Question, Answer | None] | None]:
-        record = yield from self._read(self._key(key))
-        return None if record is None else (record.question, record.answer)
+        return run(self.core.record(key), self._targets)
 
     def headers(self, prefix: str = "") -> Iterator[Listing]:
         """Stream the cleartext headers of the question records under `prefix`, without opening them.
@@ -373,55 +472,7 @@ class QuestionStore:
                 one, consumed, or never asked), or it was already answered differently.
             BackendError: the backend failed; the answer may or may not be stored.
         """
-        return run(self._provide(key, question_id, text, by), self._targets)
-
-    def _provide(self, key: str, question_id: str, text: str, by: str) -> Plan[Answer]:
-        key = self._key(key)
-        _text(question_id, "question_id")
-        _text(text, "text")
-        _text(by, "by")
-        for _ in range(_RETRIES):
-            record = yield from self._read(key)
-            if record is None:
-                raise AnswerRefused(
-                    f"no question is pending at {where(self.identity, key)}: "
-                    f"question {question_id!r} was consumed or never asked",
-                    identity=self.identity,
-                    key=key,
-                    question_id=question_id,
-                )
-            pending = record.question
-            if pending.id != question_id:
-                raise AnswerRefused(
-                    f"question {question_id!r} at {where(self.identity, key)} is not the pending one: "
-                    f"it was superseded by question {pending.id!r}",
-                    identity=self.identity,
-                    key=key,
-                    question_id=question_id,
-                    pending_id=pending.id,
-                )
-            if record.answer is not None:
-                if record.answer.text == text and record.answer.by == by:
-                    return record.answer
-                raise AnswerRefused(
-                    f"question {question_id!r} at {where(self.identity, key)} was already answered "
-                    f"by {record.answer.by!r} at {record.answer.answered_at.isoformat()}",
-                    identity=self.identity,
-                    key=key,
-                    question_id=question_id,
-                    pending_id=pending.id,
-                )
-            answer = Answer(question_id, text, by, self._clock())
-            try:
-                yield call(
-                    "frames", "save", key, self._envelope(pending, answer, record.deadline), if_match=record.token
-                )
-            except TokenMismatch:
-                continue  # changed since read: re-read and decide again
-            return answer
-        raise BackendError(
-            f"answer at {where(self.identity, key)} kept losing to concurrent writers", identity=self.identity, key=key
-        )
+        return run(self.core.provide(key, question_id, text, by), self._targets)
 
     def consume(self, key: str, question_id: str) -> bool:
         """Remove question `question_id` (and its answer) under `key`, if it is still the pending one.
@@ -436,25 +487,7 @@ class QuestionStore:
             InvalidKey: the key breaks the key rules (before any I/O).
             BackendError: the backend failed.
         """
-        return run(self._consume(key, question_id), self._targets)
-
-    def _consume(self, key: str, question_id: str) -> Plan[bool]:
-        key = self._key(key)
-        _text(question_id, "question_id")
-        for _ in range(_RETRIES):
-            record = yield from self._read(key)
-            if record is None or record.question.id != question_id:
-                return False
-            try:
-                yield call("frames", "delete", key, record.token)
-            except TokenMismatch:
-                continue
-            return True
-        raise BackendError(
-            f"consume at {where(self.identity, key)} kept losing to concurrent writers",
-            identity=self.identity,
-            key=key,
-        )
+        return run(self.core.consume(key, question_id), self._targets)
 
     def list(self, prefix: str = "") -> Iterator[tuple[Question, Answer | None]]:
         """Stream every pending question under keys starting with `prefix`, each with its answer or None.
@@ -467,13 +500,9 @@ class QuestionStore:
             BackendError: the backend failed.
         """
         for listing in self._frames.list(prefix):
-            try:
-                record = run(self._read(listing.key), self._targets)
-            except (FormatError, IntegrityError) as exc:
-                log.warning("berth: skipping unreadable question record: %s", exc)
-                continue
+            record = run(self.core.listed(listing.key), self._targets)
             if record is not None:
-                yield record.question, record.answer
+                yield record
 
     def sweep(self, now: datetime | None = None) -> int:
         """Remove every question whose run's deadline has passed, each only if unchanged since read.

@@ -59,9 +59,11 @@ __all__ = [
     "PlaintextWarning",
     "ResealReport",
     "Store",
+    "StoreCore",
     "load_checkpoint",
     "open_store",
     "save_checkpoint",
+    "store_sealer",
 ]
 
 log = logging.getLogger("berth")
@@ -152,7 +154,7 @@ def _why(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def _warn_plaintext(where_: str) -> None:
+def _warn_plaintext(where_: str, stacklevel: int = 3) -> None:
     global _warned_plaintext
     with _warn_lock:
         if _warned_plaintext:
@@ -162,8 +164,20 @@ def _warn_plaintext(where_: str) -> None:
         f"berth store {where_} is not sealed: parked state is readable by anyone who can read the storage. "
         "Plaintext is for development; pass sealer=berth.AesGcmSealer(...) or berth.KmsSealer(...)",
         PlaintextWarning,
-        stacklevel=3,
+        stacklevel=stacklevel,
     )
+
+
+def store_sealer(url: str, identity: str, sealer: Sealer | None) -> Sealer:
+    """What a store opened by URL seals with (`open_store` and `berth.aio.open_store` alike): `sealer`,
+    or for None `PlaintextSealer()` with a `PlaintextWarning` once per process. Checks the identity
+    first (`InvalidKey`, before any I/O)."""
+    validate_identity(identity)
+    if sealer is None:
+        # stacklevel 4: the warning points at the line that called open_store.
+        _warn_plaintext(f"at {redact_url(url).partition('://')[0]}:// for identity {identity!r}", stacklevel=4)
+        sealer = PlaintextSealer()
+    return sealer
 
 
 def _translate(exc: Exception, identity: str, key: str, what: str) -> Exception:
@@ -427,18 +441,18 @@ class StoreCore:
     def claim_plan(self, key: str) -> Plan[Envelope | None]:
         """Claim as a plan of store calls, run by `claim` here and awaited by `berth.aio.AsyncStore.claim`."""
         try:
-            parked, seen = yield call("store", "_claim_load", key)
+            parked, seen = yield call("store", "claim_load", key)
         except Expired as exc:
             assert exc.token is not None
             try:
-                yield call("store", "_remove", key, exc.token, "expired")
+                yield call("store", "remove", key, exc.token, "expired")
             except TokenMismatch:
                 pass
             raise
         if parked is None:
             return None
         try:
-            yield call("store", "_remove", key, parked.token, "claimed", seen)
+            yield call("store", "remove", key, parked.token, "claimed", seen)
         except TokenMismatch:
             return None
         deadline = parked.envelope.deadline
@@ -742,14 +756,24 @@ class Store:
             TokenMismatch: the token is stale, zero, or nothing is parked.
             BackendError: the backend failed; the envelope may or may not be gone.
         """
-        self._remove(key, token, "deleted")
+        self.remove(key, token, "deleted")
 
-    def _remove(self, key: str, token: Token, how: str, seen: Snapshot | None = None, *, whole: bool = False) -> None:
-        """`delete`, saying why to a witness: claimed, expired, swept or deleted.
+    def remove(self, key: str, token: Token, how: str, seen: Snapshot | None = None, *, whole: bool = False) -> None:
+        """`delete`, saying how the frame left to a witness: the delete step of the claim and wake plans.
 
-        `seen` and `whole` reach the witness only (`Witness.leave`): the snapshot a claim's load
-        took, and whether the frame must be read whole (a sweep or a prefix delete) rather than
-        by its head.
+        Hosts call `delete` (or `claim`); a plan (`StoreCore.claim_plan`, `Coordinator.wake_plan`)
+        calls this, on a `Store` or an `AsyncStore` alike, so the witness records the delete as
+        what it was.
+
+        Args:
+            key: the suspension's name within this identity.
+            token: the token a `load` returned.
+            how: "claimed", "expired", "drifted", "swept" or "deleted" (what the witness records).
+            seen: the snapshot the claim's load took (`claim_load`), which the witness reuses.
+            whole: read the frame whole (a sweep or a prefix delete) rather than by its head.
+
+        Raises:
+            InvalidKey, TokenMismatch, BackendError: as `delete`.
         """
         if self.core.witness is not None:
             self._witnessed(key, how, self.core.witness.leave(self.core, key, token, how, seen, whole=whole))
@@ -778,8 +802,13 @@ class Store:
         """
         return run(self.core.claim_plan(key), {"store": self})
 
-    def _claim_load(self, key: str) -> tuple[Parked | None, Snapshot | None]:
-        """A claim's load, and with a witness the snapshot it judged (its delete reuses it)."""
+    def claim_load(self, key: str) -> tuple[Parked | None, Snapshot | None]:
+        """A claim's load, and with a witness the snapshot it judged (its `remove` reuses it): the
+        load step of the claim plan (hosts call `load` or `claim`).
+
+        Raises:
+            InvalidKey, Expired, IntegrityError, FormatError, BackendError: as `load`.
+        """
         if self.core.witness is not None:
             return self._witnessed(key, "load", self.core.witness.load_seen(self.core, key, False))
         return self.load(key), None
@@ -908,9 +937,9 @@ class Store:
         return removed
 
     def _removed(self, key: str, token: Token, how: str) -> bool:
-        """`_remove`, True if it removed the frame, False if the token no longer matched."""
+        """`remove`, True if it removed the frame, False if the token no longer matched."""
         try:
-            self._remove(key, token, how, whole=True)
+            self.remove(key, token, how, whole=True)
         except TokenMismatch:
             return False
         return True
@@ -1081,10 +1110,7 @@ def open_store(
         InvalidKey: the identity is invalid (before any I/O).
         BerthError: unknown scheme, or its extra is not installed.
     """
-    validate_identity(identity)
-    if sealer is None:
-        _warn_plaintext(f"at {redact_url(url).partition('://')[0]}:// for identity {identity!r}")
-        sealer = PlaintextSealer()
+    sealer = store_sealer(url, identity, sealer)
     witness_backend = open_backend(witness) if isinstance(witness, str) else witness
     backend = open_backend(url, **options)
     return Store(

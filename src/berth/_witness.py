@@ -68,7 +68,7 @@ from berth.backends import Backend
 if TYPE_CHECKING:
     from berth._store import Parked, Store, StoreCore
 
-__all__ = ["AuditReport", "Witness"]
+__all__ = ["MAX_SEQ", "AuditReport", "Snapshot", "Witness"]
 
 log = logging.getLogger("berth")
 

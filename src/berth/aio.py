@@ -28,9 +28,8 @@ from typing import Any
 from berth._aio_questions import AsyncQuestionStore, Coordinator
 from berth._aio_store import OFF_LOOP_BYTES, AsyncStore
 from berth._keys import validate_identity
-from berth._plaintext import PlaintextSealer
 from berth._sealer import Sealer
-from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, _warn_plaintext
+from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, store_sealer
 from berth.backends import async_backend_class, credentials_hidden
 from berth.backends import open_backend as _open_sync_backend
 from berth.backends._aio import DEFAULT_MAX_THREADS, AsyncBackend, ThreadedBackend
@@ -87,10 +86,7 @@ def open_store(
         InvalidKey: the identity is invalid (before any I/O).
         BerthError: unknown scheme, or its extra is not installed.
     """
-    validate_identity(identity)
-    if sealer is None:
-        _warn_plaintext(f"at {url.split('://')[0]}:// for identity {identity!r}")
-        sealer = PlaintextSealer()
+    sealer = store_sealer(url, identity, sealer)
     witness_backend = open_backend(witness, max_threads=max_threads) if isinstance(witness, str) else witness
     backend = open_backend(url, max_threads=max_threads, **options)
     return AsyncStore(

@@ -187,7 +187,7 @@ def run_crash(
             if listed != sorted(k for k, v in model.items() if v is not None):
                 result.fail(f"kill {result.trials}: list() shows {listed}, model {model}")
             if kind == "file":
-                directory = root / "store" / IDENTITY
+                directory = root / "store" / f"{IDENTITY}@2"  # the ordered layout's identity directory
                 temp_files = (
                     [p.name for p in directory.iterdir() if p.name.startswith(".tmp-")] if directory.exists() else []
                 )

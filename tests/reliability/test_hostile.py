@@ -111,8 +111,9 @@ def run_hostile_directory(trials: int, work: Path, budget: float = 600) -> Resul
         elif attack == "generation 0":
             path.write_bytes(record[:4] + bytes(8) + record[12:])
         else:  # the identity directory itself, moved outside and replaced by a symlink to it
-            os.rename(root / "id", outside / "id")
-            (root / "id").symlink_to(outside / "id")
+            directory = path.parent  # `id@2` in the ordered layout
+            os.rename(directory, outside / "id")
+            directory.symlink_to(outside / "id")
         before = sorted((p.name, p.stat().st_size) for p in outside.rglob("*") if p.is_file())
         whole = attack == "symlinked dir"
         expect_victim = REFUSED if attack != "fifo" else (berth.IntegrityError,)

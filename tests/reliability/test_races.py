@@ -391,10 +391,11 @@ def test_races_with_a_witness_long(backend: str, request: pytest.FixtureRequest,
 
 def test_the_race_accounting_catches_a_claim_that_is_not_conditional(tmp_path: Path) -> None:
     """The checker has teeth: a backend whose delete ignores the token hands runs out twice."""
+    from berth.backends._bulk import Data
     from berth.backends.memory import MemoryBackend
 
     class Unconditional(MemoryBackend):
-        def get(self, name: str) -> tuple[bytes, berth.Token] | None:
+        def get(self, name: str) -> tuple[Data, berth.Token] | None:
             found = super().get(name)
             time.sleep(0.0005)  # widen the window between load and delete
             return found

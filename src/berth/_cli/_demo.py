@@ -35,7 +35,7 @@ from berth._cli._output import ListingTable, deadline_text, listing_cells
 from berth._cli._store_cmds import verify_one
 from berth._redact import redact_url
 
-__all__ = ["run_demo"]
+__all__ = ["DemoError", "run_demo"]
 
 RUNS = (
     ("org/repo#41", "Push the fix for the flaky test to main?", "yes, push it"),

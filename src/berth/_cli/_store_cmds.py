@@ -37,6 +37,9 @@ from berth._cli._output import (
 )
 from berth._cli._settings import Settings, find_listing, remember_key
 
+# The commands register themselves on `cli` when this module is imported; these are what others call.
+__all__ = ["LS_LIMIT", "VERIFY_STATES", "parse_deadline", "verify_one"]
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

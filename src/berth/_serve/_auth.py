@@ -20,7 +20,17 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["Auth", "AuthError", "Session", "is_loopback", "parse_tokens"]
+__all__ = [
+    "CSRF_COOKIE",
+    "SESSION_COOKIE",
+    "Auth",
+    "AuthError",
+    "Session",
+    "is_loopback",
+    "new_csrf",
+    "parse_tokens",
+    "same_token",
+]
 
 SESSION_COOKIE = "berth_session"
 CSRF_COOKIE = "berth_csrf"

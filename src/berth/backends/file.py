@@ -1,9 +1,24 @@
 """`file:///abs/dir`: one file per frame, written atomically and durably.
 
-Layout: `{root}/{first segment of the name}/{sha256(name)}.frame`. Hashed file
-names mean no key can name a path outside its identity's directory, however it
-is spelled. Each file holds a small backend header (magic, generation, name)
-before the frame. Writes go to a temporary file that is fsynced, renamed over
+Layout (the ordered layout, of every identity directory this version creates):
+`{root}/{first segment}@2/k{hex of the rest of the name}.frame`. The file name is
+the key's UTF-8 bytes in lower-case hex, so sorting file names sorts keys
+bytewise: a listing orders names read from the directory alone and reads each
+file once, in order, in bounded memory, and a prefix selects file names without
+opening the others. A key too long for a file name (over 124 bytes) is stored
+as `{sha256(name)}.frame`, whose name a listing learns from the record. Hex and
+hashed names mean no key can name a path outside its identity's directory,
+however it is spelled, and no two keys meet on a case-insensitive file system.
+Each file holds a small backend header (magic, generation, name) before the
+frame.
+
+The legacy layout, `{root}/{first segment}/{sha256(name)}.frame` (every file
+hashed), is what berth before the ordered layout wrote. An identity directory
+in it is used as it is: read, written and listed as before (a listing then
+reads every file of the identity and orders what it read in memory). Creating
+an ordered directory first plants a regular file where the legacy directory
+would be, so an older berth sharing the store fails on it (`IntegrityError`)
+instead of writing frames the newer one would never see. Writes go to a temporary file that is fsynced, renamed over
 the old one, and the directory is fsynced; compare-and-swap holds a striped
 `flock` so it is safe across threads and processes.
 
@@ -32,12 +47,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from berth._atomic import make_dirs, remove_stale_temps, write_atomic
+from berth._atomic import make_dirs, remove_stale_temps, sync_dir, write_atomic
 from berth._errors import BackendError, BerthError, FormatError, IntegrityError, TokenMismatch
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
-from berth.backends._bulk import Data, Head, sorted_names
+from berth.backends._bulk import Data, Head, ordered, sorted_names
 
 __all__ = ["FileBackend"]
 
@@ -48,6 +63,9 @@ _STRIPES = 256
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NAME_MAX = 2048  # a berth name is at most 128 + 1 + 1024 bytes: a listing reads this much of the record
+_ORDERED = "@2"  # an identity directory's suffix in the ordered layout ('@' is in no legacy directory's name)
+_KEYED_MAX = 124  # bytes of a key that fit a file name as hex: "k" + 248 + ".frame" = 255
+_MARKER = b"berth: this identity's frames are in the directory of this name plus @2 (berth's ordered file layout)\n"
 
 
 def _oserror(exc: OSError, what: str, name: str) -> BackendError:
@@ -65,6 +83,7 @@ class FileBackend(Backend):
         self._root = str(self.root)
         self._locks = f"{self._root}/.locks"
         self._cleaned: set[str] = set()
+        self._legacy: dict[str, bool] = {}  # legacy directory -> whether it is in use (False: the ordered one is)
         self._lock = threading.Lock()
         try:
             make_dirs(self.root)  # with its missing parents, 0700 whatever the umask
@@ -96,19 +115,72 @@ class FileBackend(Backend):
         if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
             raise IntegrityError(f"file backend refuses {str(path)!r}: not a plain directory (a planted symlink?)")
 
-    def _dir_for(self, name: str) -> str:
-        return _layout(self._root, name)[0]
+    def _place(self, name: str) -> tuple[str, str, int]:
+        """(directory, file name in it, lock stripe) of `name`, in its identity directory's layout."""
+        legacy, hashed, keyed, stripe = _layout(self._root, name)
+        if self._is_legacy(legacy):
+            return legacy, hashed, stripe
+        return legacy + _ORDERED, keyed, stripe
 
     def _paths(self, name: str) -> tuple[str, str, int]:
-        return _layout(self._root, name)
+        """(directory, file path, lock stripe) of `name`."""
+        directory, file, stripe = self._place(name)
+        return directory, f"{directory}/{file}", stripe
+
+    def _is_legacy(self, legacy: str) -> bool:
+        """Whether the identity directory `legacy` is in the legacy layout (else: its ordered twin is used).
+
+        Decided by what is at `legacy`: a directory (written by an older berth) is the legacy
+        layout, a regular file is the ordered layout's marker, nothing (not remembered: an older
+        berth may yet create it) the ordered layout.
+        """
+        known = self._legacy.get(legacy)
+        if known is not None:
+            return known
+        try:
+            st = os.lstat(legacy)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise _oserror(exc, "inspect directory", legacy) from exc
+        known = not stat.S_ISREG(st.st_mode)  # a symlink stays legacy: opening it is refused, as before
+        if known and os.path.lexists(legacy + _ORDERED):
+            raise IntegrityError(
+                f"file backend found both layouts for {os.path.basename(legacy)!r} in {self._root!r}: "
+                "an older berth wrote beside a newer one; move the frames of one into the other"
+            )
+        with self._lock:
+            self._legacy[legacy] = known
+        return known
 
     def _ensure_dir(self, directory: str) -> None:
         if directory in self._cleaned:
             return
+        if directory.endswith(_ORDERED):
+            self._plant_marker(directory[: -len(_ORDERED)])
         self._mkdir(Path(directory))
         self._remove_stale_temps(directory)
+        if self._fsync:
+            sync_dir(self._root)  # the marker and the directory outlive a crash before the first frame's
         with self._lock:
             self._cleaned.add(directory)
+
+    def _plant_marker(self, legacy: str) -> None:
+        """A regular file where the legacy directory would be: an older berth refuses it, never writes beside."""
+        try:
+            fd = os.open(legacy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            with self._lock:
+                self._legacy.pop(legacy, None)
+            if self._is_legacy(legacy):  # an older berth made the directory first: the caller must start over
+                raise _LayoutChanged from None
+            return
+        except OSError as exc:
+            raise _oserror(exc, "create", legacy) from exc
+        try:
+            os.write(fd, _MARKER)
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _remove_stale_temps(directory: str) -> None:
@@ -196,12 +268,12 @@ class FileBackend(Backend):
             return None
 
     def get(self, name: str) -> tuple[Data, Token] | None:
-        directory, path, _ = self._paths(name)
+        directory, file, _ = self._place(name)
         dfd = self._open_dir(directory, name)
         if dfd is None:
             return None
         try:
-            view, gen, _, _ = self._read(dfd, path[len(directory) + 1 :], name)
+            view, gen, _, _ = self._read(dfd, file, name)
         except FileNotFoundError:
             return None
         finally:
@@ -213,12 +285,12 @@ class FileBackend(Backend):
 
     def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
         """The first `size` bytes of the frame under `name` and its token (a listing's long header)."""
-        directory, path, _ = self._paths(name)
+        directory, file, _ = self._place(name)
         dfd = self._open_dir(directory, name)
         if dfd is None:
             return None
         try:
-            view, gen, _, _ = self._read(dfd, path[len(directory) + 1 :], name, limit=_HEAD.size + _NAME_MAX + size)
+            view, gen, _, _ = self._read(dfd, file, name, limit=_HEAD.size + _NAME_MAX + size)
         except FileNotFoundError:
             return None
         finally:
@@ -228,9 +300,12 @@ class FileBackend(Backend):
     # --- writing -----------------------------------------------------------------------
 
     def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
-        directory, path, stripe = self._paths(name)
-        self._ensure_dir(directory)
-        file = path[len(directory) + 1 :]
+        directory, file, stripe = self._place(name)
+        try:
+            self._ensure_dir(directory)
+        except _LayoutChanged:  # an older berth created the identity's legacy directory just now: use it
+            directory, file, stripe = self._place(name)
+            self._ensure_dir(directory)
         gen = secrets.randbits(63) | 1  # never 0; random so a deleted-and-recreated key never reuses one
         name_b = name.encode()
         head = _HEAD.pack(_MAGIC, gen, len(name_b)) + name_b
@@ -254,8 +329,7 @@ class FileBackend(Backend):
         return Token(gen)
 
     def delete(self, name: str, token: Token) -> None:
-        directory, path, stripe = self._paths(name)
-        file = path[len(directory) + 1 :]
+        directory, file, stripe = self._place(name)
         with self._locked(stripe):
             dfd = self._open_dir(directory, name)
             if dfd is None:
@@ -277,9 +351,16 @@ class FileBackend(Backend):
 
     def _directories(self, prefix: str) -> list[str]:
         if "/" in prefix:
-            return [self._dir_for(prefix)]
+            return [self._place(prefix)[0]]
         with os.scandir(self._root) as entries:
             return [e.path for e in entries if e.is_dir(follow_symlinks=False) and e.name != ".locks"]
+
+    def _in_place(self, directory: str, file: str, name: str) -> bool:
+        """Whether `file` in `directory` is where `name` belongs (else: a record copied to another file name)."""
+        legacy, hashed, keyed, _ = _uncached_layout(self._root, name)  # a listing names each key once
+        if directory.endswith(_ORDERED):
+            return directory == legacy + _ORDERED and file == keyed
+        return directory == legacy and file == hashed
 
     def _records(self, prefix: str, size: int) -> Iterator[tuple[str, Any, Token, int, str]]:
         """(name, first `size` bytes of the data or the error reading it, token, data size, path) under `prefix`.
@@ -292,6 +373,7 @@ class FileBackend(Backend):
             dfd = self._open_dir(directory, prefix)
             if dfd is None:
                 continue
+            label = os.path.basename(directory).removesuffix(_ORDERED)
             try:
                 with os.scandir(dfd) as entries:
                     # A temporary file's name ends in hex (`is_temp`), never in ".frame".
@@ -302,15 +384,14 @@ class FileBackend(Backend):
                         except FileNotFoundError:
                             continue  # removed since the directory was read
                         except (FormatError, IntegrityError) as exc:
-                            name = f"{os.path.basename(directory)}/{file}"
+                            name = f"{label}/{file}"
                             if name.startswith(prefix):
                                 yield name, exc, Token.ZERO, 0, f"{directory}/{file}"
                             continue
                         if not name.startswith(prefix):
                             continue
-                        path = f"{directory}/{file}"
-                        if _uncached_layout(self._root, name)[1] == path:  # a listing names each key once
-                            yield name, bytes(view[:size]), Token(gen), full, path
+                        if self._in_place(directory, file, name):
+                            yield name, bytes(view[:size]), Token(gen), full, f"{directory}/{file}"
                         else:  # a record copied to another file name: swapped
                             swapped = IntegrityError(f"file backend found {name!r} under another file name")
                             yield name, swapped, Token.ZERO, 0, f"{directory}/{file}"
@@ -341,7 +422,7 @@ class FileBackend(Backend):
                 continue
             finally:
                 os.close(dfd)
-            if stored != name or _layout(self._root, name)[1] != path:  # a record copied to another file name
+            if stored != name or not self._in_place(directory, file, name):  # a record copied to another file name
                 yield name, IntegrityError(f"file backend found {stored!r} where {name!r} was"), Token.ZERO, 0
                 continue
             yield name, bytes(view[:size]), Token(gen), full
@@ -357,17 +438,104 @@ class FileBackend(Backend):
     def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
         """Heads under `prefix` in name order.
 
-        File names are hashes, so the order is made in memory. A whole listing reads each
-        file once, keeping its head with its name (one read per frame, as an unordered scan:
-        reading names first and heads after took two), then sorts. With a limit, only the
-        names are kept (O(limit), a heap) and the heads wanted are read after.
+        In the ordered layout, file names sort as keys do: the names under the prefix are
+        read from the directory (no file opened), ordered in bounded memory (`ordered`; a
+        heap of `limit` with a limit) and each file is read once, in order. In the legacy
+        layout file names are hashes, so the order is made in memory: a whole listing reads
+        each file once, keeping its head with its name, then sorts (O(frames) memory); with
+        a limit, only the names are kept (O(limit), a heap) and the heads wanted read after.
         """
+        if "/" in prefix:
+            directory = self._place(prefix)[0]
+            if directory.endswith(_ORDERED):
+                return self._ordered_heads(directory, prefix, size, limit, reverse)
         if limit is not None:
             named = sorted_names(self._named(prefix), limit, reverse)  # (name, path) tuples order by name
             return self._heads_of(named, size)
         rows = [(name, head, token, full) for name, head, token, full, _ in self._records(prefix, size)]
         rows.sort(key=_by_name, reverse=reverse)
         return iter(rows)
+
+    def _ordered_heads(
+        self, directory: str, prefix: str, size: int, limit: int | None, reverse: bool
+    ) -> Iterator[Head]:
+        dfd = self._open_dir(directory, prefix)
+        if dfd is None:
+            return
+        try:
+            listed = self._listed(dfd, prefix)
+            files = (
+                ordered(listed, reverse=reverse, directory=self._root)
+                if limit is None
+                else iter(sorted_names(listed, limit, reverse))
+            )
+            first = prefix.partition("/")[0]
+            for entry in files:
+                row = self._ordered_row(dfd, directory, first, prefix, entry, size)
+                if row is not None:
+                    yield row
+        finally:
+            os.close(dfd)
+
+    def _listed(self, dfd: int, prefix: str) -> Iterator[str]:
+        """The frame files under `prefix` in an ordered directory, as strings that sort as their names do.
+
+        `k<hex>.frame` is its own sort key. A hashed file (a key too long for a file name) is
+        read for its name and comes as `k<hex of its key>/<file>`: "/" sorts below every hex
+        digit and above ".", as a key sorts below the keys it is a prefix of.
+        """
+        first, _, rest = prefix.partition("/")
+        start = f"k{rest.encode().hex()}"
+        with os.scandir(dfd) as entries:
+            for entry in entries:
+                file = entry.name
+                if not file.endswith(".frame"):
+                    continue  # a temporary file
+                if file[0] == "k":
+                    if file.startswith(start):
+                        yield file
+                    continue
+                try:
+                    name = self._read(dfd, file, None, limit=_HEAD.size + _NAME_MAX)[3]
+                except FileNotFoundError:
+                    continue
+                except (FormatError, IntegrityError):
+                    name = f"{first}/{file}"  # listed flagged, where this name sorts
+                if name.startswith(prefix):
+                    yield f"k{name[len(first) + 1 :].encode().hex()}/{file}"
+
+    def _ordered_row(self, dfd: int, directory: str, first: str, prefix: str, entry: str, size: int) -> Head | None:
+        """The head of one entry of `_listed`, read now; None if it is gone."""
+        expected: str | None = None
+        slash = entry.find("/")
+        if slash < 0:
+            file = entry
+            try:
+                key = bytes.fromhex(entry[1:-6])
+                expected = f"{first}/{key.decode()}"
+            except ValueError:  # not hex, or not UTF-8
+                return f"{first}/{file}", FormatError(f"file backend found {file!r}: it names no key"), Token.ZERO, 0
+            if key.hex() != entry[1:-6] or len(key) > _KEYED_MAX:  # upper-case hex: not where any key is put
+                return (
+                    expected,
+                    IntegrityError(f"file backend found {expected!r} under another file name"),
+                    Token.ZERO,
+                    0,
+                )
+        else:
+            file = entry[slash + 1 :]
+        try:
+            view, gen, full, name = self._read(dfd, file, expected, limit=_HEAD.size + _NAME_MAX + size)
+        except FileNotFoundError:
+            return None  # removed since the directory was read
+        except (FormatError, IntegrityError) as exc:
+            return expected or f"{first}/{file}", exc, Token.ZERO, 0
+        if expected is None:
+            if not name.startswith(prefix):
+                return None  # replaced since the directory was read
+            if not self._in_place(directory, file, name):
+                return name, IntegrityError(f"file backend found {name!r} under another file name"), Token.ZERO, 0
+        return name, bytes(view[:size]), Token(gen), full
 
     def close(self) -> None:
         pass
@@ -378,17 +546,27 @@ def _by_name(row: Head) -> str:
 
 
 @lru_cache(maxsize=4096)  # a store names the same few keys over and over
-def _layout(root: str, name: str) -> tuple[str, str, int]:
-    """(directory, frame file, lock stripe) of `name` under `root`: hashed names, one directory per identity."""
-    digest = hashlib.sha256(name.encode()).hexdigest()
-    first = name.partition("/")[0]
+def _layout(root: str, name: str) -> tuple[str, str, str, int]:
+    """(legacy identity directory, hashed file name, ordered file name, lock stripe) of `name` under `root`.
+
+    The lock stripe is the same in both layouts, so an older berth and this one lock alike.
+    """
+    encoded = name.encode()
+    digest = hashlib.sha256(encoded).hexdigest()
+    first, _, rest = name.partition("/")
     if not _SAFE_DIR.fullmatch(first) or first in (".", "..", ".locks"):
         first = "_" + hashlib.sha256(first.encode()).hexdigest()[:32]
-    directory = f"{root}/{first}"
-    return directory, f"{directory}/{digest}.frame", int(digest[:2], 16)
+    hashed = f"{digest}.frame"
+    tail = rest.encode()
+    keyed = f"k{tail.hex()}.frame" if 0 < len(tail) <= _KEYED_MAX else hashed
+    return f"{root}/{first}", hashed, keyed, int(digest[:2], 16)
 
 
 _uncached_layout = _layout.__wrapped__  # a listing's million keys would only push a store's few out of the cache
+
+
+class _LayoutChanged(Exception):
+    """An older berth created an identity's legacy directory while this one was creating the ordered one."""
 
 
 class _Flock:

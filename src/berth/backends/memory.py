@@ -7,8 +7,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from berth._errors import BerthError, TokenMismatch
+from berth._sealer import FrameBuffer
 from berth._token import Token
 from berth.backends import Backend
+from berth.backends._bulk import Data
 
 __all__ = ["MemoryBackend"]
 
@@ -26,7 +28,7 @@ class MemoryBackend(Backend):
     """
 
     def __init__(self) -> None:
-        self._data: dict[str, tuple[bytes, int]] = {}
+        self._data: dict[str, tuple[bytes | FrameBuffer, int]] = {}
         self._gen = 0
         self._lock = threading.Lock()
 
@@ -40,8 +42,10 @@ class MemoryBackend(Backend):
         with _named_lock:
             return _named.setdefault(name, cls())
 
-    def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
-        data = bytes(data)
+    def put(
+        self, name: str, data: bytes | bytearray, *, if_match: Token | None = None, if_absent: bool = False
+    ) -> Token:
+        kept: bytes | FrameBuffer = data if type(data) is FrameBuffer else bytes(data)  # a frame sealed for us: no copy
         with self._lock:
             current = self._data.get(name)
             if if_absent and current is not None:
@@ -49,13 +53,17 @@ class MemoryBackend(Backend):
             if if_match is not None and (current is None or current[1] != if_match.value):
                 raise TokenMismatch(f"{name!r} changed since it was read")
             self._gen += 1
-            self._data[name] = (data, self._gen)
+            self._data[name] = (kept, self._gen)
             return Token(self._gen)
 
-    def get(self, name: str) -> tuple[bytes, Token] | None:
+    def get(self, name: str) -> tuple[Data, Token] | None:
         with self._lock:
             current = self._data.get(name)
-        return None if current is None else (current[0], Token(current[1]))
+        if current is None:
+            return None
+        data = current[0]
+        # A kept FrameBuffer goes out as a read-only view: a caller cannot change what is parked.
+        return (data if type(data) is bytes else memoryview(data).toreadonly()), Token(current[1])
 
     def delete(self, name: str, token: Token) -> None:
         with self._lock:

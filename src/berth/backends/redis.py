@@ -34,6 +34,7 @@ import warnings
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from typing import Any, NoReturn, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -47,7 +48,7 @@ from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._aio import AsyncBackend, expire
-from berth.backends._bulk import Data, Head, sorted_names
+from berth.backends._bulk import Data, Head, ordered, sorted_names
 
 __all__ = ["AsyncRedisBackend", "DurabilityWarning", "RedisBackend"]
 
@@ -464,12 +465,13 @@ class RedisBackend(Backend):
         """Heads under `prefix` in name order.
 
         Redis keeps no order: the names under the prefix are SCANned (names only, no
-        frame bytes), ordered in memory (O(limit) with a limit, else O(names)), and the
-        heads of the ones wanted read in batches of one script call each.
+        frame bytes) and ordered -- O(limit) with a limit (a heap), else in bounded memory
+        (`ordered`: past 16,384 names, sorted in buckets spilled to an anonymous temporary
+        file) -- and the heads of the ones wanted read in pipelined batches.
         """
-        keys = sorted_names((key for batch in self._batches(prefix) for key in batch), limit, reverse)
-        batches = (keys[i : i + _SCAN_COUNT] for i in range(0, len(keys), _SCAN_COUNT))
-        return self._heads_of(batches, size, prefix)
+        names = (key for batch in self._batches(prefix) for key in batch)
+        keys = ordered(names, reverse=reverse) if limit is None else iter(sorted_names(names, limit, reverse))
+        return self._heads_of(iter(lambda: list(islice(keys, _SCAN_COUNT)), []), size, prefix)
 
     def _heads_of(self, batches: Iterable[list[str]], size: int, prefix: str) -> Iterator[Head]:
         for keys in batches:
