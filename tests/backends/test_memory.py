@@ -53,7 +53,7 @@ def test_a_sealed_frame_is_kept_without_a_copy_and_read_back_read_only() -> None
     view = found[0]
     assert isinstance(view, memoryview) and view.readonly and view.obj is sealed  # no copy
     with pytest.raises(TypeError):
-        view[0] = 0  # type: ignore[index]
+        view[0] = 0
     store.save("k", berth.Envelope(provider_state=state))
     parked = store.load("k")
     assert parked is not None and parked.envelope.provider_state == state

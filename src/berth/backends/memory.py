@@ -43,7 +43,7 @@ class MemoryBackend(Backend):
             return _named.setdefault(name, cls())
 
     def put(
-        self, name: str, data: bytes | bytearray, *, if_match: Token | None = None, if_absent: bool = False
+        self, name: str, data: bytes | bytearray | memoryview, *, if_match: Token | None = None, if_absent: bool = False
     ) -> Token:
         kept: bytes | FrameBuffer = data if type(data) is FrameBuffer else bytes(data)  # a frame sealed for us: no copy
         with self._lock:
