@@ -382,7 +382,9 @@ def startup_section(res: dict[str, Any], goals: Goals) -> list[str]:
         "Each command in a fresh interpreter, all of them interleaved round by round, beside bare Python "
         "(`python -c pass`); wall time per run. *Over bare* is the command's time minus bare Python's in the same "
         "round (median over rounds): what berth adds; CPU is the child's own user + system time, which the load "
-        "of a shared machine disturbs least. `berth ls` runs on an empty SQLite store."
+        "of a shared machine disturbs least. `import berth` imports each public name on first use, so the next "
+        "row opens a store as well: what a host pays before its first call. `berth ls` runs on an empty SQLite "
+        "store. Bytecode is cached, as in an installed package (benchmarks/_startup.py says why)."
     )
     out.append("")
     out.append(

@@ -9,6 +9,7 @@ identity and key, never a traceback.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pty
@@ -21,11 +22,12 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 
 import berth
-from berth._cli import cli
+from berth._cli import _app, cli
 from berth._cli._output import span
 from berth._cli._store_cmds import parse_deadline
 
@@ -177,6 +179,59 @@ def test_top_level_help_lists_every_command() -> None:
     text = ok("--help").stdout
     for command in COMMANDS:
         assert f"  {command} " in text
+
+
+def test_the_command_table_is_every_command_with_the_first_line_of_its_help() -> None:
+    # `berth --help` lists the commands from `_app.COMMANDS` without importing their modules: the
+    # table must name each module's commands, and say what each command's own help says first.
+    for module, _ in _app.COMMANDS.values():
+        importlib.import_module(f"berth._cli.{module}")
+    assert sorted(cli.commands) == sorted(_app.COMMANDS) == sorted([*COMMANDS, "audit"])
+    for name, (module, line) in _app.COMMANDS.items():
+        command = cli.commands[name]
+        assert command.callback is not None and command.callback.__module__ == f"berth._cli.{module}", name
+        assert " ".join((command.help or "").split("\n\n")[0].split()) == line, name
+
+
+@pytest.mark.parametrize("width", [50, 80, 100])
+def test_the_commands_in_the_help_read_as_click_writes_them_from_the_loaded_commands(width: int) -> None:
+    for module, _ in _app.COMMANDS.values():
+        importlib.import_module(f"berth._cli.{module}")
+    ctx = click.Context(cli, info_name="berth")
+    from_table, from_commands = click.HelpFormatter(width=width), click.HelpFormatter(width=width)
+    cli.format_commands(ctx, from_table)
+    click.Group.format_commands(cli, ctx, from_commands)  # click's own: each loaded command's short help
+    assert from_table.getvalue() == from_commands.getvalue() and "  verify " in from_table.getvalue()
+
+
+def _modules_after(*args: str) -> list[str]:
+    """The modules a `berth` process holds when it ends (the console script's own import and call)."""
+    code = (
+        "import sys\n"
+        "from berth._cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('modules:', *sorted(sys.modules), file=sys.__stderr__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    return done.stderr.rpartition("modules: ")[2].split()
+
+
+def test_help_imports_no_command_module_store_backend_or_codec() -> None:
+    # What `berth --help` may import (timing is a benchmark's job, benchmarks/_startup.py): the group,
+    # its failures and settings, and click. No command module, no store, no msgspec, no logging.
+    loaded = _modules_after("--help")
+    assert [m for m in loaded if m.split(".")[0] == "berth"] == [
+        "berth", "berth._cli", "berth._cli._app", "berth._cli._failures", "berth._cli._settings", "berth._public",
+    ]  # fmt: skip
+    heavy = ("msgspec", "orjson", "json", "logging", "rich", "cryptography", "sqlite3", "typing_extensions")
+    assert [m for m in loaded if m.split(".")[0] in heavy] == []
+
+
+def test_a_command_imports_its_own_command_module_only(tmp_path: Path) -> None:
+    loaded = _modules_after("ls", "--url", f"sqlite://{tmp_path}/empty.db")
+    assert "berth._cli._store_cmds" in loaded and "berth._store" in loaded
+    others = ("_key_cmds", "_question_cmds", "_demo_cmd", "_demo", "_serve_cmd")
+    assert [m for m in loaded if m.removeprefix("berth._cli.") in others] == []
 
 
 def test_unknown_command_and_option_are_usage_errors() -> None:

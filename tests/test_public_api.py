@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 import subprocess
@@ -101,10 +102,24 @@ def test_every_public_class_and_function_reads_as_berth() -> None:
     assert f"{berth.TokenMismatch.__module__}.{berth.TokenMismatch.__qualname__}" == "berth.TokenMismatch"
 
 
-def test_import_berth_imports_no_cloud_client_rich_click_crypto_or_kms_module() -> None:
-    # cryptography loads on a sealer's first seal or open (and is then there: the last line checks it).
+def test_import_berth_imports_nothing_but_berth() -> None:
+    # Each public name is imported on first use (timing is a benchmark's job, benchmarks/_startup.py);
+    # berth._public is the table of where each lives.
+    code = "import sys\nbefore = set(sys.modules)\nimport berth\nprint(sorted(set(sys.modules) - before))\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "['__future__', 'berth', 'berth._public']", done.stdout
+
+
+def test_the_api_in_use_imports_no_cloud_client_rich_click_crypto_or_kms_module() -> None:
+    # Every public name but the KMS and async ones, and a store that saves and claims; cryptography
+    # loads on a sealer's first seal or open (and is then there: the last lines check it).
     code = (
         "import sys, berth\n"
+        "names = [getattr(berth, n) for n in berth.__all__ if n not in ('KmsSealer', 'kms', 'aio')]\n"
+        "store = berth.open_store('memory://', identity='a', sealer=berth.PlaintextSealer())\n"
+        "env = berth.Envelope(provider='p', model='m', config_digest=berth.digest_json({}), provider_state=b'{}')\n"
+        "store.save('k', env)\n"
+        "assert store.claim('k') is not None\n"
         "heavy = ('boto3', 'botocore', 'psycopg', 'redis', 'rich', 'click', 'starlette', 'uvicorn', 'asyncio',\n"
         "         'cryptography', 'secrets', 'pathlib', 'urllib')\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in heavy or m.startswith('google.cloud')\n"
@@ -117,3 +132,43 @@ def test_import_berth_imports_no_cloud_client_rich_click_crypto_or_kms_module() 
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_dir_lists_every_public_name_before_any_is_used() -> None:
+    code = "import berth\nprint(sorted(set(berth.__all__) - set(dir(berth))), sorted(vars(berth)).count('Store'))\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[] 0"  # all listed, none yet imported
+    with pytest.raises(AttributeError, match="no attribute 'Stor'"):
+        berth.Stor  # noqa: B018
+
+
+def test_public_names_read_as_berth_however_their_module_is_reached() -> None:
+    # No `berth.X` is touched: each defining module is imported directly, as berth.aio, berth.langgraph
+    # or the command line reach them, and a traceback must still read `berth.TokenMismatch`.
+    code = (
+        "import importlib, berth\n"
+        "wrong = []\n"
+        "for module, names in berth._public.EXPORTS.items():\n"
+        "    ns = vars(importlib.import_module(module))\n"
+        "    want = 'berth' if module.startswith('berth._') else module\n"
+        "    wrong += [f'{module}.{n}' for n in names if callable(ns[n]) and ns[n].__module__ != want]\n"
+        "print(wrong, sorted(set(berth.__all__) - set(vars(berth))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    unbound = sorted(set(berth.__all__) - {"aio", "kms"})  # importing a submodule binds it, and nothing else
+    assert done.stdout.strip() == f"[] {unbound}", done.stdout
+
+
+def test_the_lazy_table_the_type_checking_imports_and_all_agree() -> None:
+    # berth/__init__.py names each public name three times: in the imports that type checkers and the
+    # API reference read, in the table `__getattr__` imports from, and in `__all__`.
+    tree = ast.parse(Path(berth.__file__).read_text())
+    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    imported = {
+        alias.name: f"berth.{alias.name}" if node.module == "berth" else node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("berth")
+        for alias in node.names
+    }
+    assert imported == berth._HOME
+    assert set(imported) == set(berth.__all__)

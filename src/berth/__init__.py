@@ -10,80 +10,80 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from berth import _public  # the table of where each public name lives (it imports nothing)
 
-from berth._aesgcm import AesGcmSealer, Keyring
-from berth._answers import frame_answer
-from berth._checkpoint_store import checkpoint_store
-from berth._config import sealer_from_env
-from berth._coordinator import Coordinator, Wake, WakeDecision
-from berth._envelope import (
-    ENVELOPE_VERSION,
-    Envelope,
-    PendingCall,
-    check_resumable,
-    digest_file,
-    digest_json,
-)
-from berth._errors import (
-    BackendError,
-    BerthError,
-    ConfigDrift,
-    EnvelopeTooLarge,
-    Expired,
-    FormatError,
-    IntegrityError,
-    InvalidEnvelope,
-    InvalidKey,
-    TokenMismatch,
-)
-from berth._multi import MultiSealer
-from berth._plaintext import PlaintextSealer
-from berth._questions import Answer, AnswerRefused, Question, QuestionStore, open_questions
-from berth._sealer import Sealer
-from berth._store import (
-    Listing,
-    Parked,
-    PlaintextWarning,
-    ResealReport,
-    Store,
-    load_checkpoint,
-    open_store,
-    save_checkpoint,
-)
-from berth._token import Token
-from berth._witness import AuditReport
-from berth.backends import Backend
-
+# `import berth` imports nothing more: each public name is imported from its module on first use
+# (PEP 562's module `__getattr__` below), so a host pays only for what it uses and `berth --help`
+# never loads a store. Type checkers and the API reference (static analysis) read these imports.
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
-    from berth import kms
+    from typing import Any
+
+    from berth import aio, kms
+    from berth._aesgcm import AesGcmSealer, Keyring
+    from berth._answers import frame_answer
+    from berth._checkpoint_store import checkpoint_store
+    from berth._config import sealer_from_env
+    from berth._coordinator import Coordinator, Wake, WakeDecision
+    from berth._envelope import (
+        ENVELOPE_VERSION,
+        Envelope,
+        PendingCall,
+        check_resumable,
+        digest_file,
+        digest_json,
+    )
+    from berth._errors import (
+        BackendError,
+        BerthError,
+        ConfigDrift,
+        EnvelopeTooLarge,
+        Expired,
+        FormatError,
+        IntegrityError,
+        InvalidEnvelope,
+        InvalidKey,
+        TokenMismatch,
+    )
     from berth._kms_sealer import KmsSealer
+    from berth._multi import MultiSealer
+    from berth._plaintext import PlaintextSealer
+    from berth._questions import Answer, AnswerRefused, Question, QuestionStore, open_questions
+    from berth._sealer import Sealer
+    from berth._store import (
+        Listing,
+        Parked,
+        PlaintextWarning,
+        ResealReport,
+        Store,
+        load_checkpoint,
+        open_store,
+        save_checkpoint,
+    )
+    from berth._token import Token
+    from berth._witness import AuditReport
+    from berth.backends import Backend
 
 __version__ = "0.1.0"
 
-# Imported on first use, so that `import berth` stays fast and imports no KMS client module
-# (berth.kms pulls in the client wrappers; the cloud libraries themselves load later still).
-# `berth.aio` likewise: `import berth` stays free of asyncio's machinery.
-_LAZY = {
-    "KmsSealer": ("berth._kms_sealer", "KmsSealer"),
-    "aio": ("berth.aio", None),
-    "kms": ("berth.kms", None),
-}
+# Where each name lives, from berth._public's table: {"Store": "berth._store", ..., "aio": "berth.aio"}
+_HOME = {name: module for module, names in _public.EXPORTS.items() for name in names or (module[6:],)}
 
 
 def __getattr__(name: str) -> Any:
-    """`berth.kms`, `berth.KmsSealer` and `berth.aio`, imported when first used."""
-    if name not in _LAZY:
+    """Each public name, imported from its module when first used (then a plain attribute)."""
+    module_name = _HOME.get(name)
+    if module_name is None:
         raise AttributeError(f"module 'berth' has no attribute {name!r}")
-    import importlib
-
-    module_name, attr = _LAZY[name]
-    module = importlib.import_module(module_name)
-    value = module if attr is None else getattr(module, attr)
-    if attr is not None and getattr(value, "__module__", "").startswith("berth._"):
-        value.__module__ = "berth"  # as the eager names below: tracebacks read berth.KmsSealer
+    module = __import__(module_name, fromlist=["_"])
+    value = module if module_name[6:] == name else getattr(module, name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """The module's attributes and every public name, imported or not (so completion and `dir` see the API)."""
+    return sorted(set(globals()) | set(__all__))
 
 
 __all__ = [
@@ -134,12 +134,3 @@ __all__ = [
     "save_checkpoint",
     "sealer_from_env",
 ]
-
-
-# Tracebacks and reprs name the public path (`berth.TokenMismatch`, not `berth._errors.TokenMismatch`),
-# as httpx does; pickles find every class at that path too.
-for _name in __all__:
-    _obj = globals().get(_name)
-    if (isinstance(_obj, type) or callable(_obj)) and getattr(_obj, "__module__", "").startswith("berth._"):
-        _obj.__module__ = "berth"
-del _name, _obj

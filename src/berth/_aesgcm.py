@@ -18,6 +18,7 @@ import msgspec
 
 from berth._atomic import make_dirs, remove_stale_temps, write_atomic
 from berth._errors import IntegrityError
+from berth._public import publish
 from berth._sealer import LARGE_FRAME, FrameBuffer
 
 if TYPE_CHECKING:
@@ -300,3 +301,6 @@ class AesGcmSealer:
 
     def __reduce__(self) -> tuple[type[AesGcmSealer], tuple[Keyring]]:
         return (AesGcmSealer, (self._keyring,))
+
+
+publish(globals())  # its public names read as berth.X

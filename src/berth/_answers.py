@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from berth._public import publish
 from berth._questions import Answer
 from berth._text import FORMAT_CHARS
 
@@ -115,3 +116,6 @@ def frame_answer(text: str | Answer | None, max_bytes: int | None = DEFAULT_MAX_
         # form a delimiter.
         body += TRUNCATED
     return f"{ANSWER_BEGIN}\n{body}\n{ANSWER_END}"
+
+
+publish(globals())  # its public names read as berth.X

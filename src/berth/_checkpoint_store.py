@@ -25,6 +25,7 @@ import orjson
 from berth._envelope import Envelope
 from berth._errors import IntegrityError, InvalidEnvelope, InvalidKey, TokenMismatch, where
 from berth._keys import validate_key
+from berth._public import publish
 from berth._store import Store
 
 __all__ = ["CheckpointStore", "SealedCheckpointStore", "checkpoint_store"]
@@ -187,3 +188,6 @@ def checkpoint_store(store: Store, *, prefix: str = "checkpoints/", ttl: timedel
         TypeError, ValueError: `store`, `prefix` or `ttl` is not what is documented.
     """
     return SealedCheckpointStore(store, prefix=prefix, ttl=ttl)
+
+
+publish(globals())  # its public names read as berth.X

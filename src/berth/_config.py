@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from berth._aesgcm import AesGcmSealer, Keyring
 from berth._multi import MultiSealer
+from berth._public import publish
 from berth._sealer import Sealer
 
 if TYPE_CHECKING:
@@ -120,3 +121,6 @@ def _keyring(variable: str, path: str, readable: bool, *, shown: str | None = No
         raise ValueError(f"{variable}={shown or path!r}: cannot read the keyring: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise ValueError(f"{variable}={shown or path!r}: {exc}") from None
+
+
+publish(globals())  # its public names read as berth.X

@@ -24,6 +24,7 @@ from berth._envelope import ENVELOPE_VERSION, Envelope
 from berth._errors import BackendError, BerthError, ConfigDrift, Expired, InvalidEnvelope, TokenMismatch, where
 from berth._keys import validate_key
 from berth._plan import Plan, call, run
+from berth._public import publish
 from berth._questions import Answer, Question
 from berth._store import Store
 from berth._token import Token
@@ -405,3 +406,6 @@ def _prompt_for(envelope: Envelope) -> str:
         f"Run {envelope.run_id!r} is waiting for an answer." if envelope.run_id else "A run is waiting for an answer."
     )
     return f"{sentence} Reason: {envelope.reason}." if envelope.reason else sentence
+
+
+publish(globals())  # its public names read as berth.X

@@ -16,6 +16,7 @@ import msgspec
 import orjson
 
 from berth._errors import ConfigDrift, Expired, InvalidEnvelope
+from berth._public import publish
 
 __all__ = [
     "ENVELOPE_VERSION",
@@ -392,3 +393,6 @@ def check_resumable(
                 f"run {envelope.run_id!r} passed its deadline {envelope.deadline.isoformat()}: never resumed",
                 deadline=envelope.deadline,
             )
+
+
+publish(globals())  # its public names read as berth.X

@@ -20,6 +20,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from berth._public import publish
+
 if TYPE_CHECKING:
     from berth._token import Token
 
@@ -99,3 +101,6 @@ class EnvelopeTooLarge(BerthError):
 
 class BackendError(BerthError):
     """The backend failed; a write that raised this may or may not have happened."""
+
+
+publish(globals())  # its public names read as berth.X

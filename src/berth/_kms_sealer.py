@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from berth._aesgcm import gcm_open_split, gcm_seal_parts
 from berth._codec import split_aad
 from berth._errors import BackendError, IntegrityError
+from berth._public import publish
 from berth.kms._base import CONTEXT_IDENTITY, CONTEXT_KEY, Kms, Wrapped
 
 __all__ = ["KmsSealer", "wrap_context"]
@@ -207,3 +208,6 @@ def _parse(view: memoryview) -> tuple[Wrapped, int]:
     if not kek or len(blob) != wlen or not 0 < wlen <= MAX_WRAPPED or len(view) < pos + _NONCE + _GCM_TAG:
         raise IntegrityError("kms sealed body is truncated or malformed")
     return Wrapped(kek, version, blob), pos
+
+
+publish(globals())  # its public names read as berth.X

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from berth._codec import peek_header
 from berth._errors import FormatError, IntegrityError
+from berth._public import publish
 from berth._sealer import PartsSealer, Sealer, as_parts, check_sealer
 
 __all__ = ["MultiSealer"]
@@ -110,3 +111,6 @@ def _named_by(aad: bytes | memoryview) -> tuple[str, str] | None:
     except (FormatError, IntegrityError):
         return None
     return header.sealer, header.key_id
+
+
+publish(globals())  # its public names read as berth.X

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from berth._errors import IntegrityError
+from berth._public import publish
 
 __all__ = ["PlaintextSealer"]
 
@@ -60,3 +61,6 @@ def _digest(parts: Sequence[bytes | memoryview], aad: bytes) -> bytes:
     for part in parts:
         h.update(part)
     return h.digest()
+
+
+publish(globals())  # its public names read as berth.X

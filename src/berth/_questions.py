@@ -32,6 +32,7 @@ from berth._envelope import Envelope
 from berth._errors import BackendError, FormatError, IntegrityError, InvalidKey, TokenMismatch, where
 from berth._keys import validate_identity, validate_key
 from berth._plan import Plan, call, run
+from berth._public import publish
 from berth._sealer import Sealer
 from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Store
 from berth._time import utcnow
@@ -539,3 +540,6 @@ def open_questions(
     validate_identity(identity)
     backend = open_backend(url, **options)
     return QuestionStore(backend, identity=identity, sealer=sealer, accept_plaintext=accept_plaintext, clock=clock)
+
+
+publish(globals())  # its public names read as berth.X

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Protocol, runtime_checkable
 
+from berth._public import publish
+
 __all__ = ["LARGE_FRAME", "FrameBuffer", "PartsSealer", "Sealer", "as_parts", "check_sealer"]
 
 LARGE_FRAME = 1 << 20
@@ -123,3 +125,6 @@ class _Joined:
 
     def __repr__(self) -> str:
         return repr(self.inner)
+
+
+publish(globals())  # its public names read as berth.X

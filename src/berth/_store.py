@@ -42,6 +42,7 @@ from berth._errors import (
 from berth._keys import validate_identity, validate_key
 from berth._plaintext import PlaintextSealer
 from berth._plan import INLINE, Plan, call, run
+from berth._public import publish
 from berth._redact import redact_url
 from berth._sealer import PartsSealer, Sealer, as_parts, check_sealer
 from berth._time import utcnow
@@ -1181,3 +1182,6 @@ def load_checkpoint(
     parked = store.load(key, allow_expired=allow_expired)
     assert parked is not None
     return parked.envelope
+
+
+publish(globals())  # its public names read as berth.X

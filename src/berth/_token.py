@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from berth._public import publish
+
 __all__ = ["Token"]
 
 
@@ -29,3 +31,6 @@ class Token:
 
 
 Token.ZERO = Token(0)
+
+
+publish(globals())  # its public names read as berth.X

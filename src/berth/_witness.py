@@ -61,6 +61,7 @@ import msgspec
 from berth._codec import FORMAT_VERSION, MAGIC, MAX_HEADER, PREFIX_SIZE, build_aad, header_size, peek_header
 from berth._errors import BackendError, BerthError, FormatError, IntegrityError, TokenMismatch, where
 from berth._plan import INLINE, Plan, call, cpu, run
+from berth._public import publish
 from berth._sealer import Sealer
 from berth._token import Token
 from berth.backends import Backend
@@ -570,3 +571,6 @@ def _gone(rec: Record, seq: int, how: str) -> Record | None:
     if rec.seq != seq or rec.state != PARKED:
         return None
     return msgspec.structs.replace(rec, state=how, leave=None)
+
+
+publish(globals())  # its public names read as berth.X

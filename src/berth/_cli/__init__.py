@@ -19,13 +19,13 @@ The package, from the bottom up:
     _serve_cmd      serve (the inbox app is berth._serve)
 
 A command group is one module that registers its commands on `_app.cli` when
-imported; adding one is that module and its name in the import below.
+imported; adding one is that module and a line per command in `_app.COMMANDS`,
+which imports each module when its command is first looked up (so `berth --help`
+imports none, and `berth ls` the store commands only).
 """
 
 from __future__ import annotations
 
-# Importing a command module registers its commands.
-from berth._cli import _demo_cmd, _key_cmds, _question_cmds, _serve_cmd, _store_cmds  # noqa: F401
 from berth._cli._app import cli, main
 
 __all__ = ["cli", "main"]

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -22,12 +21,33 @@ from berth._cli._failures import (
     log_to_stderr,
     one_line,
     show_warning,
+    terminal_columns,
     where,
 )
-from berth._cli._output import terminal_columns
 from berth._cli._settings import Settings
 
-__all__ = ["CONTEXT", "Group", "cli", "main", "output_options", "store_options"]
+__all__ = ["COMMANDS", "CONTEXT", "Group", "cli", "main", "output_options", "store_options"]
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "answer": ("_question_cmds", "Answer the question the run parked under KEY is waiting on."),
+    "audit": ("_store_cmds", "Compare every frame with the witness: find deleted, replayed and unknown runs."),
+    "claim": ("_store_cmds", "Take the envelope under KEY: exactly one claimer gets it."),
+    "demo": ("_demo_cmd", "The whole job in seconds: park, answer, race, tamper, expire."),
+    "keys": ("_key_cmds", "Create, rotate and inspect keyring files (AES-256-GCM keys)."),
+    "ls": ("_store_cmds", "List what is parked, from frame headers (needs no key)."),
+    "park": ("_store_cmds", "Seal and park a run's state under KEY (replacing what was there)."),
+    "questions": ("_question_cmds", "List the questions parked runs wait on, with deadlines."),
+    "reseal": ("_store_cmds", "Re-seal every envelope not sealed by the current key."),
+    "rm": ("_store_cmds", "Claim the envelope under KEY and discard it."),
+    "serve": ("_serve_cmd", "Serve the inbox: a web page and JSON API where people answer parked runs."),
+    "show": ("_store_cmds", "Open one parked envelope and print it (expired ones too)."),
+    "sweep": ("_store_cmds", "Remove every envelope past its deadline (needs no key)."),
+    "verify": ("_store_cmds", "Open every frame; count ok, expired, tampered, unknown key."),
+}
+"""Every command of `berth`: the module under berth._cli that defines it (importing the module
+registers its commands on `cli`) and the first line of its help. So `berth --help` lists every
+command without importing one, and `berth ls` imports the store commands only (pip keeps its
+command table the same way). tests/test_cli.py checks each line against the command's own help."""
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -102,7 +122,36 @@ def output_options(*, stream: bool = False) -> Callable[[_F], _F]:
 
 
 class Group(click.Group):
-    """The `berth` group: owns every error and exit code, so no traceback reaches a user."""
+    """The `berth` group: owns every error and exit code, so no traceback reaches a user.
+
+    `lazy` names commands by the module that registers them (`COMMANDS`): each is imported when
+    its command is first looked up, and the help lists them from the table alone.
+    """
+
+    def __init__(self, *args: Any, lazy: Mapping[str, tuple[str, str]] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command, loaded or not."""
+        return sorted({*self.commands, *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command, its module imported first if it is not yet."""
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            __import__(f"berth._cli.{self.lazy[cmd_name][0]}")  # registers its commands on this group
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands section of the help, as click writes it, from the table (nothing imported)."""
+        if not self.lazy:
+            return super().format_commands(ctx, formatter)
+        limit = formatter.width - 6 - max(map(len, self.lazy))
+        rows = [  # each line shortened as click shortens a loaded command's help
+            (name, click.Command(name, help=self.lazy[name][1]).get_short_help_str(limit)) for name in sorted(self.lazy)
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def main(
         self,
@@ -116,7 +165,7 @@ class Group(click.Group):
         settings = extra.pop("obj", None) or Settings()
         # The help's width, as click works it out, but without its `import shutil` (and bz2, lzma).
         extra.setdefault("terminal_width", max(min(terminal_columns(), CONTEXT["max_content_width"]) - 2, 50))
-        with warnings.catch_warnings(), log_to_stderr():
+        with warnings.catch_warnings():
             warnings.showwarning = show_warning
             code = _run(
                 settings,
@@ -130,9 +179,16 @@ class Group(click.Group):
         sys.exit(code)
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the command; a closed pipe comes out as `PipeClosed` (click would make it exit 1)."""
+        """Run the command; a closed pipe comes out as `PipeClosed` (click would make it exit 1).
+
+        The library's log warnings reach stderr while a command runs (never needed for `--help`,
+        which ends before this: its logging stays unimported).
+        """
         try:
-            return super().invoke(ctx)
+            if ctx.parent is not None:  # a subgroup (`keys`): the top group already did
+                return super().invoke(ctx)
+            with log_to_stderr():
+                return super().invoke(ctx)
         except BrokenPipeError as exc:
             raise PipeClosed from exc
 
@@ -153,6 +209,8 @@ def _debug() -> bool:
 def _run(settings: Settings, fn: Callable[[], Any]) -> int:
     def fail(message: str, code: int) -> int:
         if _debug():
+            import traceback
+
             traceback.print_exc()
         click.echo(f"{settings.command}: {one_line(message)}", err=True)
         return code
@@ -205,6 +263,7 @@ CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_w
 
 @click.group(
     cls=Group,
+    lazy=COMMANDS,
     context_settings=CONTEXT,
     epilog=(
         "Sealing: BERTH_KEYRING=PATH (a keyring from `berth keys generate`) or BERTH_KMS=URL "

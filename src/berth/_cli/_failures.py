@@ -1,15 +1,14 @@
-"""Exit codes and the one-line failures and warnings every command reports."""
+"""Exit codes, the one-line failures and warnings every command reports, and the terminal's width."""
 
 from __future__ import annotations
 
-import logging
+import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import click
-
-from berth._text import terminal_safe
 
 __all__ = [
     "OK",
@@ -23,6 +22,7 @@ __all__ = [
     "one_line",
     "refuse",
     "show_warning",
+    "terminal_columns",
     "warn",
     "where",
 ]
@@ -66,6 +66,8 @@ def warn(message: str) -> None:
 
 def one_line(text: object) -> str:
     """`text` on one line and safe for a terminal: whitespace runs become one space, controls are escaped."""
+    from berth._text import terminal_safe  # here: `berth --help` compiles none of its patterns
+
     return terminal_safe(" ".join(str(text).split()))
 
 
@@ -76,17 +78,17 @@ def show_warning(
     warn(str(message))
 
 
-class _OneLineHandler(logging.Handler):
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        warn(message.removeprefix("berth: "))
-
-
 @contextmanager
 def log_to_stderr() -> Iterator[None]:
     """The library's log warnings, as one `berth: warning:` line each, for as long as a command runs."""
+    import logging  # here: `berth --help` never imports it
+
+    class OneLineHandler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            warn(record.getMessage().removeprefix("berth: "))
+
     logger = logging.getLogger("berth")
-    handler = _OneLineHandler(logging.WARNING)
+    handler = OneLineHandler(logging.WARNING)
     saved = logger.propagate
     logger.addHandler(handler)
     logger.propagate = False
@@ -95,3 +97,20 @@ def log_to_stderr() -> Iterator[None]:
     finally:
         logger.removeHandler(handler)
         logger.propagate = saved
+
+
+def terminal_columns() -> int:
+    """The terminal's width as `shutil.get_terminal_size` decides it: COLUMNS, else stdout's terminal, else 80.
+
+    Without importing shutil, which imports bz2 and lzma: a start-up cost of every command.
+    """
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80

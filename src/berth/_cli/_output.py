@@ -16,6 +16,7 @@ import click
 import orjson
 
 import berth
+from berth._cli._failures import terminal_columns
 from berth._text import json_terminal_safe, terminal_safe
 
 if TYPE_CHECKING:
@@ -48,7 +49,6 @@ __all__ = [
     "rfc3339",
     "size_text",
     "span",
-    "terminal_columns",
     "terminal_safe",
 ]
 
@@ -421,23 +421,6 @@ def print_listing(items: Iterable[berth.Listing], at: datetime, limit: int | Non
         shown += 1
     out.flush()
     return shown, shown + sum(1 for _ in rows)
-
-
-def terminal_columns() -> int:
-    """The terminal's width as `shutil.get_terminal_size` decides it: COLUMNS, else stdout's terminal, else 80.
-
-    Without importing shutil, which imports bz2 and lzma: a start-up cost of every command.
-    """
-    try:
-        columns = int(os.environ.get("COLUMNS", "0"))
-    except ValueError:
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns if columns > 0 else 80
 
 
 def _color(stream: Any) -> bool:

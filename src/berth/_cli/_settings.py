@@ -9,10 +9,10 @@ from typing import Any
 import click
 
 import berth
-from berth._atomic import make_dirs
 from berth._cli._failures import bad_usage, warn, where
-from berth._config import keyring_readable_allowed
-from berth._redact import redact_text, redact_url
+
+# The library's modules (berth._store, _config, _redact, _atomic...) are imported where a command
+# first needs them, never here: `berth --help` loads click and the command line only.
 
 __all__ = [
     "DEFAULT_IDENTITY",
@@ -32,6 +32,8 @@ def default_url() -> str:
     from urllib.parse import quote
 
     import platformdirs
+
+    from berth._atomic import make_dirs
 
     directory = platformdirs.user_data_path("berth", appauthor=False)
     make_dirs(directory)  # with its parents (~/.local/share), 0700 whatever the umask
@@ -93,6 +95,8 @@ class Settings:
         With a witness (`--witness`, `BERTH_WITNESS`) every command needs the keys: the witness's
         records are sealed, and a sweep or a delete records how each frame left.
         """
+        from berth._redact import redact_text, redact_url
+
         url = self.store_url()
         sealer = self._resolved_sealer() if keys or self.witness else berth.PlaintextSealer()
         try:
@@ -114,6 +118,8 @@ class Settings:
 
         `keys=False` for sweeping, which reads headers only.
         """
+        from berth._redact import redact_text, redact_url
+
         url = self.store_url()
         sealer = self._resolved_sealer() if keys else berth.PlaintextSealer()
         try:
@@ -129,6 +135,8 @@ class Settings:
         if self._sealer is None:
             sealer = self.sealer()
             if sealer is None:
+                from berth._redact import redact_url
+
                 warn(
                     f"{where(self.who)} at {redact_url(self.store_url())} is not sealed (plaintext, for development): "
                     "set BERTH_KEYRING or BERTH_KMS to seal it"
@@ -160,6 +168,8 @@ def load_keyring(path: str, *, allow_readable: bool | None = None) -> berth.Keyr
     `BERTH_KEYRING_ALLOW_READABLE` says).
     """
     if allow_readable is None:
+        from berth._config import keyring_readable_allowed
+
         allow_readable = keyring_readable_allowed()
     try:
         return berth.Keyring.load(path, allow_readable=allow_readable)
