@@ -392,15 +392,15 @@ def startup_section(res: dict[str, Any], goals: Goals) -> list[str]:
     )
     out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
     bare, bare_cpu = res["runs"]["bare python"], res.get("cpu", {}).get("bare python")
-    for name, runs in res["runs"].items():
+    for name, runs in res["runs"].items():  # figures as round() ints: a median of -0.3 ms reads 0, not -0
         over = statistics.median(t - b for t, b in zip(runs, bare, strict=True))
         cpu = res.get("cpu", {}).get(name)
         cpu_over = statistics.median(t - b for t, b in zip(cpu, bare_cpu, strict=True)) if cpu and bare_cpu else None
         out.append(
             f"| `{res['commands'][name]}` | {statistics.median(runs):.0f} ({min(runs):.0f}–{max(runs):.0f}) | "
-            f"{'-' if name == 'bare python' else f'{over:.0f}'} | "
+            f"{'-' if name == 'bare python' else round(over)} | "
             f"{'-' if cpu is None else f'{statistics.median(cpu):.0f}'} | "
-            f"{'-' if cpu_over is None or name == 'bare python' else f'{cpu_over:.0f}'} | "
+            f"{'-' if cpu_over is None or name == 'bare python' else round(cpu_over)} | "
             f"{min(res['loads']):.1f}–{max(res['loads']):.1f} |"
         )
     imp = statistics.median(t - b for t, b in zip(res["runs"]["import berth"], bare, strict=True))
