@@ -37,6 +37,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 EXTRA_PROVIDES = {
     "postgres": ["berth.backends.postgres"],
     "redis": ["berth.backends.redis"],
+    "hiredis": ["berth.backends.redis", "hiredis"],  # redis-py picks the C parser up by itself
     "gcs": ["berth.backends.gcs"],
     "s3": ["berth.backends.s3"],
     "gcpkms": ["google.cloud.kms_v1"],  # GcpKms imports it when it first talks to the KMS

@@ -54,3 +54,16 @@ def test_ordered_leaves_no_file_behind(tmp_path) -> None:
     assert list(tmp_path.iterdir()) == []
     assert list(ordered((f"k{i}" for i in range(5_000)), memory=100, directory=str(tmp_path)))[-1] == "k999"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_ordering_fed_in_batches_is_the_same_order(tmp_path) -> None:
+    from berth.backends._bulk import Ordering
+
+    names = [f"n{(i * 7919) % 3000}" for i in range(3000)]
+    with Ordering(memory=100, directory=str(tmp_path)) as ordering:
+        assert not ordering.spills(99) and ordering.spills(100)
+        for i in range(0, len(names), 37):
+            ordering.add(names[i : i + 37])
+        assert ordering.spilled
+        assert list(ordering) == sorted(set(names))
+    assert list(tmp_path.iterdir()) == []

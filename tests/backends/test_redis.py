@@ -655,3 +655,35 @@ def test_a_foreign_value_under_the_prefix_never_stops_list_sweep_or_reseal(
         with pytest.raises(berth.FormatError, match=repr(f"id/{key}")):
             store.load(key)
     assert {i.key for i in store.list()} == {"live", "hash", "plain"}
+
+
+def test_listing_past_the_sort_memory_is_ordered_sync_and_async(
+    open_backend, redis_url, fresh_prefix, monkeypatch
+) -> None:
+    """Past its memory the ordering spills (issue 15.2); the order and each-key-once hold, sync and async."""
+    import asyncio
+
+    import berth.backends._bulk as bulk
+
+    monkeypatch.setattr(bulk, "_SORT_MEMORY", 50)
+    backend = open_backend()
+    names = [f"i/{k}{n}" for n in range(200) for k in ("é", "a/", "b", "日本")]
+    for name in names:
+        backend.put(name, b"frame of " + name.encode())
+    want = sorted(names)
+    for reverse in (False, True):
+        rows = list(backend.sorted_heads("i/", 9, limit=None, reverse=reverse))
+        assert [r[0] for r in rows] == (want[::-1] if reverse else want)
+        assert all(r[1] == b"frame of " for r in rows)
+    assert [r[0] for r in backend.sorted_heads("i/", 9, limit=7, reverse=True)] == want[::-1][:7]
+
+    async def listed(reverse: bool, limit: int | None) -> list[str]:
+        abackend = AsyncRedisBackend.from_url(redis_url, prefix=fresh_prefix, check_durability=False)
+        try:
+            return [r[0] async for r in abackend.sorted_heads("i/", 9, limit=limit, reverse=reverse)]
+        finally:
+            await abackend.aclose()
+
+    assert asyncio.run(listed(False, None)) == want
+    assert asyncio.run(listed(True, None)) == want[::-1]
+    assert asyncio.run(listed(False, 5)) == want[:5]

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from berth._errors import FormatError, IntegrityError
 from berth._token import Token
 
-__all__ = ["Data", "Head", "ordered", "sorted_names", "upper_bound"]
+__all__ = ["Data", "Head", "Ordering", "ordered", "sorted_names", "upper_bound"]
 
 Data = bytes | memoryview
 """What a backend reads back: bytes, or (a large frame) a view of the buffer it was read into,
@@ -79,45 +79,100 @@ def ordered(
     names: buckets of ~16,000). The temporary file has no name: it is gone when the
     iteration ends or the process dies.
     """
-    return _ordered(iter(names), reverse, memory or _SORT_MEMORY, directory, 0)
+    with Ordering(reverse=reverse, memory=memory, directory=directory) as ordering:
+        ordering.add(names)
+        yield from ordering
 
 
-def _ordered(
-    names: Iterator[str], reverse: bool, memory: int, directory: str | None, depth: int
-) -> Generator[str, None, None]:
-    first = list(islice(names, memory))
-    if len(first) < memory or depth >= _DEPTH:
-        first.extend(names)  # at the last level: whatever is left, in memory
-        first.sort(reverse=reverse)
-        yield from _once(first)
-        return
-    first.sort()
-    step = len(first) // _BUCKETS
-    bounds = sorted({first[i * step] for i in range(1, _BUCKETS)})
-    with tempfile.TemporaryFile(dir=directory) as spill:
-        buffers: list[list[str]] = [[] for _ in range(len(bounds) + 1)]
-        chunks: list[list[int]] = [[] for _ in buffers]
-        route = bisect.bisect_right
-        dump = marshal.dump
+class Ordering:
+    """`ordered` fed in batches (`add`), then iterated once: for a caller whose names arrive
+    asynchronously. A `with` block (or `close`) removes the spill file of an ordering left unfinished."""
 
-        def add(source: Iterable[str]) -> None:
-            for name in source:
-                b = route(bounds, name)
-                buffer = buffers[b]
-                buffer.append(name)
-                if len(buffer) >= _FLUSH:
-                    chunks[b].append(spill.tell())
-                    dump(buffer, spill)
-                    buffer.clear()
+    def __init__(
+        self, *, reverse: bool = False, memory: int | None = None, directory: str | None = None, depth: int = 0
+    ):
+        self.reverse = reverse
+        self._memory = memory or _SORT_MEMORY
+        self._directory = directory
+        self._depth = depth
+        self._first: list[str] = []
+        self._spill: Any = None
+        self._bounds: list[str] = []
+        self._buffers: list[list[str]] = []
+        self._chunks: list[list[int]] = []
 
-        add(first)
-        first.clear()
-        add(names)
-        order = range(len(buffers) - 1, -1, -1) if reverse else range(len(buffers))
+    @property
+    def spilled(self) -> bool:
+        """Whether the names went past `memory` (iterating then reads buckets back from the file)."""
+        return self._spill is not None
+
+    def spills(self, more: int) -> bool:
+        """Whether adding `more` names goes past `memory` (sorting and writing the file: milliseconds of CPU)."""
+        return self._spill is not None or len(self._first) + more >= self._memory
+
+    def add(self, names: Iterable[str]) -> None:
+        """Take more names (any order, repeats allowed)."""
+        it = iter(names)
+        if self._spill is None:
+            self._first.extend(islice(it, self._memory - len(self._first)))
+            if len(self._first) < self._memory or self._depth >= _DEPTH:
+                self._first.extend(it)  # below the limit it is empty; at the last level, in memory
+                return
+            self._start_spill()
+        self._route(it)
+
+    def _start_spill(self) -> None:
+        first, self._first = sorted(self._first), []
+        step = len(first) // _BUCKETS
+        self._bounds = sorted({first[i * step] for i in range(1, _BUCKETS)})
+        self._buffers = [[] for _ in range(len(self._bounds) + 1)]
+        self._chunks = [[] for _ in self._buffers]
+        self._spill = tempfile.TemporaryFile(dir=self._directory)
+        self._route(first)
+
+    def _route(self, names: Iterable[str]) -> None:
+        route, bounds, buffers, spill, dump = (
+            bisect.bisect_right,
+            self._bounds,
+            self._buffers,
+            self._spill,
+            marshal.dump,
+        )
+        for name in names:
+            b = route(bounds, name)
+            buffer = buffers[b]
+            buffer.append(name)
+            if len(buffer) >= _FLUSH:
+                self._chunks[b].append(spill.tell())
+                dump(buffer, spill)
+                buffer.clear()
+
+    def __iter__(self) -> Iterator[str]:
+        if self._spill is None:
+            first, self._first = self._first, []
+            first.sort(reverse=self.reverse)
+            yield from _once(first)
+            return
+        order = range(len(self._buffers) - 1, -1, -1) if self.reverse else range(len(self._buffers))
         for b in order:
-            bucket = _bucket(spill, chunks[b], buffers[b])
-            yield from _ordered(bucket, reverse, memory, directory, depth + 1)
-            buffers[b] = []
+            with Ordering(
+                reverse=self.reverse, memory=self._memory, directory=self._directory, depth=self._depth + 1
+            ) as bucket:
+                bucket.add(_bucket(self._spill, self._chunks[b], self._buffers[b]))
+                self._buffers[b] = []
+                yield from bucket
+        self.close()
+
+    def close(self) -> None:
+        """Remove the spill file (it has no name; this frees its space now rather than at exit)."""
+        if self._spill is not None:
+            self._spill.close()
+
+    def __enter__(self) -> Ordering:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _bucket(spill: Any, offsets: list[int], buffered: list[str]) -> Iterator[str]:

@@ -48,7 +48,7 @@ from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._aio import AsyncBackend, expire
-from berth.backends._bulk import Data, Head, ordered, sorted_names
+from berth.backends._bulk import Data, Head, Ordering, ordered, sorted_names
 
 __all__ = ["AsyncRedisBackend", "DurabilityWarning", "RedisBackend"]
 
@@ -471,7 +471,7 @@ class RedisBackend(Backend):
         """
         names = (key for batch in self._batches(prefix) for key in batch)
         keys = ordered(names, reverse=reverse) if limit is None else iter(sorted_names(names, limit, reverse))
-        return self._heads_of(iter(lambda: list(islice(keys, _SCAN_COUNT)), []), size, prefix)
+        return self._heads_of(iter(functools.partial(_pages_of, keys), []), size, prefix)
 
     def _heads_of(self, batches: Iterable[list[str]], size: int, prefix: str) -> Iterator[Head]:
         for keys in batches:
@@ -790,19 +790,29 @@ class AsyncRedisBackend(AsyncBackend):
         return self._heads_of(self._batches(prefix), size, prefix)
 
     async def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> AsyncIterator[Head]:
-        names = [key async for batch in self._batches(prefix) for key in batch]
-        if len(names) > _SCAN_COUNT:  # ordering many names is milliseconds of CPU: not on the loop
-            keys = await asyncio.to_thread(sorted_names, names, limit, reverse)
-        else:
-            keys = sorted_names(names, limit, reverse)
-        del names
+        if limit is not None:
+            names = [key async for batch in self._batches(prefix) for key in batch]
+            if len(names) > _SCAN_COUNT:  # ordering many names is milliseconds of CPU: not on the loop
+                keys = await asyncio.to_thread(sorted_names, names, limit, reverse)
+            else:
+                keys = sorted_names(names, limit, reverse)
+            del names
+            pages: Callable[[], Any] = functools.partial(_pages_of, iter(keys))
+        with Ordering(reverse=reverse) as ordering:
+            if limit is None:  # flat memory, as the sync listing (`ordered`)
+                async for batch in self._batches(prefix):
+                    if ordering.spills(len(batch)):
+                        await asyncio.to_thread(ordering.add, batch)  # sorting and spilling: not on the loop
+                    else:
+                        ordering.add(batch)
+                pages = functools.partial(_pages_of, iter(ordering))
 
-        async def batches() -> AsyncIterator[list[str]]:
-            for i in range(0, len(keys), _SCAN_COUNT):
-                yield keys[i : i + _SCAN_COUNT]
+            async def batches() -> AsyncIterator[list[str]]:
+                while keys := (await asyncio.to_thread(pages) if ordering.spilled else pages()):
+                    yield keys
 
-        async for row in self._heads_of(batches(), size, prefix):
-            yield row
+            async for row in self._heads_of(batches(), size, prefix):
+                yield row
 
     async def head(self, name: str, size: int) -> tuple[Data, Token] | None:
         key = self.sync._frames + name
@@ -834,6 +844,11 @@ class AsyncRedisBackend(AsyncBackend):
 
 
 _POOLS: weakref.WeakSet[Any] = weakref.WeakSet()  # every _LeanPool: each starts empty in a forked child
+
+
+def _pages_of(keys: Iterator[str]) -> list[str]:
+    """The next page of up to 1,000 keys (empty at the end)."""
+    return list(islice(keys, _SCAN_COUNT))
 
 
 def _after_fork_in_child() -> None:
