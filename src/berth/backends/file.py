@@ -178,6 +178,7 @@ class FileBackend(Backend):
         except OSError as exc:
             raise _oserror(exc, "create", legacy) from exc
         try:
+            os.fchmod(fd, 0o600)  # as every file of the store, whatever the umask
             os.write(fd, _MARKER)
         finally:
             os.close(fd)
