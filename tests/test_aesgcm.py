@@ -78,6 +78,22 @@ def test_large_bodies_round_trip() -> None:
     assert bytes(sealer.open(sealer.seal(data, aad=b"a"), aad=b"a")) == data
 
 
+def test_small_bodies_are_sealed_into_the_frame_the_one_shot_way() -> None:
+    # Encrypted in place after the head (no second copy of the body): the same bytes as
+    # joining the head to a one-shot AES-GCM of the joined parts, and `seal` still gives bytes.
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from berth._aesgcm import gcm_seal_parts
+
+    key, nonce = bytes(range(32)), bytes(12)
+    parts = (b'{"v":1,"provider_state":', os.urandom(64 << 10), b"}")
+    sealed = gcm_seal_parts(key, AESGCM(key), nonce, b"FRAME-HEAD", parts, b"aad")
+    assert bytes(sealed) == b"FRAME-HEAD" + AESGCM(key).encrypt(nonce, b"".join(parts), b"aad")
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    one = sealer.seal(b"[1,2]", aad=b"a")
+    assert type(one) is bytes and sealer.open(one, aad=b"a") == b"[1,2]"
+
+
 # --- large bodies: sealed and opened piece by piece -------------------------------------
 
 BIG = 3 * (1 << 20) + 5  # above the 1 MiB streaming threshold, not a multiple of the AES block

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from berth._aesgcm import gcm_open_split, gcm_seal_parts
+from berth._aesgcm import as_sealed, gcm_open_split, gcm_seal_parts
 from berth._codec import split_aad
 from berth._errors import BackendError, IntegrityError
 from berth._public import publish
@@ -99,7 +99,7 @@ class KmsSealer:
         Raises:
             BackendError: the KMS is down or refuses to wrap.
         """
-        return self.seal_parts(b"", (plaintext,), aad=aad)
+        return as_sealed(self.seal_parts(b"", (plaintext,), aad=aad))
 
     def seal_parts(self, head: bytes, parts: Sequence[bytes], *, aad: bytes) -> bytes:
         """`head` (the store's frame head), then the concatenation of `parts` sealed, in one buffer."""

@@ -71,7 +71,9 @@ class PartsSealer(Sealer, Protocol):
     def seal_parts(self, head: bytes, parts: Sequence[bytes], *, aad: bytes) -> bytes:
         """`head`, then the concatenation of `parts` sealed as `seal` would: one buffer, no joined body.
 
-        Frames of 1 MiB and more may come back as a `FrameBuffer` (copying them to bytes costs a pass).
+        May come back as a `bytearray` (the built-in AES-GCM and KMS sealers encrypt into the frame's
+        buffer: copying it to bytes would cost a pass), which every backend's `put` takes; frames of
+        1 MiB and more as a `FrameBuffer`.
         """
         ...
 

@@ -58,7 +58,10 @@ class Backend(ABC):
 
     @abstractmethod
     def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
-        """Store `data` under `name` and return its new generation (conditionally if asked)."""
+        """Store `data` under `name` and return its new generation (conditionally if asked).
+
+        `data` is bytes or a `bytearray` (the built-in sealers build a frame in one).
+        """
 
     @abstractmethod
     def get(self, name: str) -> tuple[Data, Token] | None:
