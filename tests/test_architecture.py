@@ -1,4 +1,6 @@
-"""docs/architecture.md stays true: every module under src/berth is on its map, and nothing else is."""
+"""The architecture stays as designed: every module under src/berth is on docs/architecture.md's map
+(and nothing else is), no module uses another's private names, and every backend maps client errors
+through its one table."""
 
 from __future__ import annotations
 
@@ -329,4 +331,102 @@ def test_the_private_name_check_finds_each_kind_of_crossing(tmp_path: Path) -> N
     assert _undeclared_imports(tmp_path) == [
         "berth/user.py:5: call is not in berth._plan.__all__",
         "berth/user.py:6: call is not in berth._plan.__all__",
+    ]
+
+
+# --- one error-mapping shape for every backend (issue 14.3) ------------------------------------
+
+BACKENDS = SRC / "berth" / "backends"
+
+
+def _berth_error_names(tree: ast.Module) -> set[str]:
+    """The names a module imports from berth._errors (the berth error classes it can make)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "berth._errors":
+            names |= {alias.asname or alias.name for alias in node.names if alias.name[0].isupper()}
+    return names
+
+
+def _called_name(node: ast.AST | None) -> str | None:
+    return node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else None
+
+
+def _ad_hoc_mappers(path: Path) -> list[str]:
+    """Where a backend module maps a client error by hand instead of through its `ErrorMap`."""
+    tree = ast.parse(path.read_text())
+    errors = _berth_error_names(tree)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        # `raise BackendError(...) from exc`: a caught exception turned into a berth error by hand
+        # (`from None`, an error that hides a bad input's details, is not a mapping).
+        if isinstance(node, ast.Raise) and _called_name(node.exc) in errors:
+            if node.cause is not None and not (isinstance(node.cause, ast.Constant) and node.cause.value is None):
+                found.append((node.lineno, f"{path.name}:{node.lineno}: raise {_called_name(node.exc)}(...) from ..."))
+        # `return BackendError(...)` in a helper: an error made for a caller to raise (`_oserror`, ...)
+        if isinstance(node, ast.Return) and _called_name(node.value) in errors:
+            found.append((node.lineno, f"{path.name}:{node.lineno}: return {_called_name(node.value)}(...)"))
+    return [text for _, text in sorted(found)]
+
+
+def _declares_its_table(tree: ast.Module) -> bool:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["_ERRORS"]:
+            return _called_name(node.value) == "ErrorMap"
+    return False
+
+
+def _uses_its_table(tree: ast.Module) -> bool:
+    return any(
+        isinstance(node, ast.Attribute)
+        and node.attr in ("error", "mapped", "catches")
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "_ERRORS"
+        for node in ast.walk(tree)
+    )
+
+
+def _table_problems(backends: Path) -> list[str]:
+    problems = []
+    for path in sorted(backends.glob("*.py")):
+        if path.name in ("_errmap.py", "__init__.py"):
+            continue  # the table itself; the base class and registry, whose errors are an import's, not a client's
+        problems += _ad_hoc_mappers(path)
+        tree = ast.parse(path.read_text())
+        catches = any(isinstance(node, ast.ExceptHandler) for node in ast.walk(tree))
+        if path.name.startswith("_") or not catches:
+            continue  # private helpers, and a backend with no client to fail (memory://)
+        if not _declares_its_table(tree):
+            problems.append(f"{path.name}: declares no `_ERRORS = ErrorMap(...)` table at module level")
+        elif not _uses_its_table(tree):
+            problems.append(f"{path.name}: declares `_ERRORS` but never maps through it")
+    return problems
+
+
+def test_every_backend_maps_client_errors_through_its_one_table() -> None:
+    """One shape (berth/backends/_errmap.py): a table per backend module, applied by `_ERRORS.error`
+    in an `except` or `_ERRORS.mapped` as a `with`; no hand-made mapper beside it."""
+    problems = _table_problems(BACKENDS)
+    assert not problems, "map client errors through the module's `_ERRORS` table:\n" + "\n".join(problems)
+
+
+def test_the_table_check_finds_a_hand_made_mapper(tmp_path: Path) -> None:
+    """The check above can fail: a backend with its own mapper, and one without a table, are both found."""
+    (tmp_path / "good.py").write_text(
+        "from berth._errors import BackendError\nfrom berth.backends._errmap import ErrorMap, Row\n"
+        "_ERRORS = ErrorMap('good', [Row(OSError)])\n"
+        "def get(name):\n    try:\n        return open(name)\n"
+        "    except _ERRORS.catches as exc:\n        raise _ERRORS.error(exc, 'get', name) from exc\n"
+    )
+    assert _table_problems(tmp_path) == []
+    (tmp_path / "adhoc.py").write_text(
+        "from berth._errors import BackendError as Failed\n"
+        "def _failed(exc, name):\n    return Failed(f'could not read {name!r}: {exc}')\n"
+        "def get(name):\n    try:\n        return open(name)\n"
+        "    except OSError as exc:\n        raise Failed(f'{name}: {exc}') from exc\n"
+    )
+    assert _table_problems(tmp_path) == [
+        "adhoc.py:3: return Failed(...)",
+        "adhoc.py:8: raise Failed(...) from ...",
+        "adhoc.py: declares no `_ERRORS = ErrorMap(...)` table at module level",
     ]

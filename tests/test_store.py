@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import sys
@@ -12,8 +13,10 @@ import pytest
 
 import berth
 import berth._store as store_module
+import berth.aio
 import berth.backends.memory
 from berth.backends import register
+from berth.backends._aio import ThreadedBackend
 from berth.testing import SECRET, make_envelope
 
 
@@ -74,6 +77,64 @@ def test_raw_backend_errors_become_backend_error() -> None:
         store.save("k", make_envelope())
     assert isinstance(info.value.__cause__, ConnectionResetError)
     assert SECRET not in str(info.value)
+
+
+class _RaisingBerthError:
+    """A duck-typed backend whose every call raises the one berth error object it holds, naming no key."""
+
+    def __init__(self, error: berth.BerthError):
+        self.error = error
+
+    def _raise(self, *args, **kwargs):
+        raise self.error
+
+    put = get = delete = scan = _raise
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("error_class", [berth.BackendError, berth.FormatError, berth.IntegrityError, berth.Expired])
+def test_a_backend_error_is_restated_with_identity_and_key_never_changed(
+    error_class: type[berth.BerthError], flavour: str
+) -> None:
+    original = error_class("sqlite backend could not save 'a/k': OperationalError: disk I/O error")
+    original.detail = "kept"  # type: ignore[attr-defined]  # an attribute of the backend's own, carried over
+    args, attributes = original.args, dict(vars(original))
+    backend = _RaisingBerthError(original)
+    if flavour == "sync":
+        store = berth.Store(backend, identity="a", sealer=berth.PlaintextSealer())  # type: ignore[arg-type]
+        with pytest.raises(error_class) as info:
+            store.save("k", make_envelope())
+    else:
+
+        async def main() -> None:
+            threaded = ThreadedBackend(backend)  # type: ignore[arg-type]
+            astore = berth.aio.AsyncStore(threaded, identity="a", sealer=berth.PlaintextSealer())
+            try:
+                await astore.save("k", make_envelope())
+            finally:
+                await astore.aclose()
+
+        with pytest.raises(error_class) as info:
+            asyncio.run(main())
+    raised = info.value
+    assert raised is not original and type(raised) is error_class
+    assert raised.__cause__ is original
+    assert (raised.identity, raised.key) == ("a", "k")
+    assert "identity 'a', key 'k'" in str(raised) and str(raised).startswith(str(original))
+    assert "\n" not in str(raised) and SECRET not in str(raised)
+    assert getattr(raised, "detail", None) == "kept"
+    # The backend's exception object is exactly as it was raised.
+    assert original.args == args and dict(vars(original)) == attributes
+    assert (original.identity, original.key) == (None, None)
+    assert str(original) == "sqlite backend could not save 'a/k': OperationalError: disk I/O error"
+
+
+def test_a_backend_error_that_already_names_a_key_is_raised_as_it_is() -> None:
+    original = berth.IntegrityError("tampered at identity 'a', key 'k'", identity="a", key="k")
+    store = berth.Store(_RaisingBerthError(original), identity="a", sealer=berth.PlaintextSealer())  # type: ignore[arg-type]
+    with pytest.raises(berth.IntegrityError) as info:
+        store.load("k")
+    assert info.value is original and original.args == ("tampered at identity 'a', key 'k'",)
 
 
 def test_check_key_applies_the_key_rules_without_io() -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "InvalidEnvelope",
     "InvalidKey",
     "TokenMismatch",
+    "restated",
     "where",
 ]
 
@@ -43,6 +44,22 @@ __all__ = [
 def where(identity: str | None, key: str | None) -> str:
     """Render the identity/key pair every message names."""
     return f"identity {identity or '?'!r}, key {key or '?'!r}"
+
+
+def restated(exc: BerthError, message: str, *, identity: str | None, key: str | None) -> BerthError:
+    """A new error of `exc`'s class saying `message` about `identity` and `key`; `exc` itself is left as it was.
+
+    The class's other attributes (an `Expired`'s deadline and token, say) are carried over.
+    Made without calling the class's own `__init__`, which may take other arguments; the
+    caller raises it `from exc`.
+    """
+    cls = type(exc)
+    err = cls.__new__(cls)
+    BerthError.__init__(err, message, identity=identity, key=key)
+    for name, value in vars(exc).items():
+        if name not in ("identity", "key"):
+            setattr(err, name, value)
+    return err
 
 
 class BerthError(Exception):

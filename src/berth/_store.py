@@ -37,6 +37,7 @@ from berth._errors import (
     InvalidEnvelope,
     InvalidKey,
     TokenMismatch,
+    restated,
     where,
 )
 from berth._keys import validate_identity, validate_key
@@ -182,8 +183,8 @@ def store_sealer(url: str, identity: str, sealer: Sealer | None) -> Sealer:
 
 
 def _translate(exc: Exception, identity: str, key: str, what: str) -> Exception:
-    """The berth error a backend's `exc` becomes, naming the identity and key (`exc` itself, enriched, if
-    it already is one)."""
+    """The berth error a backend's `exc` becomes, naming the identity and key (`exc` itself if it already
+    names a key). `exc` is never changed."""
     if isinstance(exc, TokenMismatch):
         return TokenMismatch(
             f"{what} lost at {where(identity, key)}: the token no longer matches what is parked",
@@ -191,11 +192,12 @@ def _translate(exc: Exception, identity: str, key: str, what: str) -> Exception:
             key=key,
         )
     if isinstance(exc, BerthError):
-        if exc.key is None:
-            exc.identity, exc.key = identity, key
-            if "key" not in str(exc):
-                exc.args = (f"{exc} ({where(identity, key)})",)
-        return exc
+        if exc.key is not None:
+            return exc
+        # A backend's or sealer's error names its storage name, not the key: a new error of its
+        # class names both (the backend's own is left as it was, as the new one's cause).
+        text, named = str(exc), where(identity, key)
+        return restated(exc, text if named in text else f"{text} ({named})", identity=identity, key=key)
     return BackendError(
         f"{what} failed at {where(identity, key)}: {type(exc).__name__}: {exc}", identity=identity, key=key
     )

@@ -36,7 +36,7 @@ grpc = require("grpc", "Cloud Storage")
 from google.api_core import exceptions as gexc  # noqa: E402
 from google.auth.credentials import AnonymousCredentials  # noqa: E402
 
-from berth.backends.gcs import GcsBackend, _is_lost, _mapped  # noqa: E402
+from berth.backends.gcs import _ERRORS, GcsBackend, _is_lost  # noqa: E402
 
 pytestmark = pytest.mark.gcs
 
@@ -212,7 +212,7 @@ def test_missing_bucket_is_a_backend_error_not_a_lost_claim(fake: FakeGcs) -> No
 def test_lost_preconditions_map_to_token_mismatch(exc: Exception) -> None:
     assert _is_lost(exc)
     with pytest.raises(berth.TokenMismatch) as info:
-        with _mapped("i/k", "delete", attempts=type("A", (), {"retried": False})()):
+        with _ERRORS.mapped("delete", "i/k", conditional=True, attempts=type("A", (), {"retried": False})()):
             raise exc
     assert info.value.__cause__ is exc
 
@@ -230,7 +230,7 @@ def test_lost_preconditions_map_to_token_mismatch(exc: Exception) -> None:
 )
 def test_other_failures_map_to_backend_error(exc: Exception) -> None:
     with pytest.raises(berth.BackendError) as info:
-        with _mapped("i/k", "delete", attempts=type("A", (), {"retried": False})()):
+        with _ERRORS.mapped("delete", "i/k", conditional=True, attempts=type("A", (), {"retried": False})()):
             raise exc
     assert not isinstance(info.value, berth.TokenMismatch) and info.value.__cause__ is exc
 

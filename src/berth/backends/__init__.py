@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any, NamedTuple, Self
 
-from berth._errors import BerthError, FormatError, IntegrityError, TokenMismatch
+from berth._errors import BerthError, FormatError, IntegrityError, TokenMismatch, restated
 from berth._redact import redact_text, redact_url
 from berth._token import Token
 from berth.backends._bulk import Data, Head, sorted_names
@@ -317,7 +317,7 @@ def credentials_hidden(url: str) -> Iterator[None]:
         if clean == text and (cause is None or redact_text(str(cause), url) == str(cause)):
             raise
         if isinstance(exc, BerthError):
-            raise type(exc)(clean, identity=exc.identity, key=exc.key) from None
+            raise restated(exc, clean, identity=exc.identity, key=exc.key) from None
         raise BerthError(f"cannot open {redact_url(url)}: {type(exc).__name__}: {clean}") from None
 
 

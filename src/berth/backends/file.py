@@ -53,6 +53,7 @@ from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._bulk import Data, Head, ordered, sorted_names
+from berth.backends._errmap import ErrorMap, Row
 
 __all__ = ["FileBackend"]
 
@@ -68,8 +69,29 @@ _KEYED_MAX = 124  # bytes of a key that fit a file name as hex: "k" + 248 + ".fr
 _MARKER = b"berth: this identity's frames are in the directory of this name plus @2 (berth's ordered file layout)\n"
 
 
-def _oserror(exc: OSError, what: str, name: str) -> BackendError:
-    return BackendError(f"file backend could not {what} {name!r}: {exc.strerror or exc}")
+_ERRORS = ErrorMap(
+    "file",
+    [
+        Row(
+            OSError,
+            IntegrityError,
+            "file backend refuses {name!r}: its directory is not a plain directory (a planted symlink?)",
+            lambda exc, call: call.op == "open the directory of" and _errno(exc) in (errno.ELOOP, errno.ENOTDIR),
+        ),
+        Row(
+            OSError,
+            IntegrityError,
+            "file backend refuses {name!r}: its file is a symlink",
+            lambda exc, call: call.op == "open" and _errno(exc) == errno.ELOOP,
+        ),
+        Row(OSError),
+    ],
+    detail=lambda exc: str(getattr(exc, "strerror", None) or exc),
+)
+
+
+def _errno(exc: BaseException) -> int | None:
+    return getattr(exc, "errno", None)
 
 
 class FileBackend(Backend):
@@ -88,7 +110,7 @@ class FileBackend(Backend):
         try:
             make_dirs(self.root)  # with its missing parents, 0700 whatever the umask
         except OSError as exc:
-            raise _oserror(exc, "create directory", str(self.root)) from exc
+            raise _ERRORS.error(exc, "create directory", str(self.root)) from exc
         self._mkdir(self.root / ".locks")
 
     @classmethod
@@ -107,7 +129,7 @@ class FileBackend(Backend):
         except FileExistsError:
             pass
         except OSError as exc:
-            raise _oserror(exc, "create directory", str(path)) from exc
+            raise _ERRORS.error(exc, "create directory", str(path)) from exc
         else:
             os.chmod(path, 0o700)
             return
@@ -142,7 +164,7 @@ class FileBackend(Backend):
         except FileNotFoundError:
             return False
         except OSError as exc:
-            raise _oserror(exc, "inspect directory", legacy) from exc
+            raise _ERRORS.error(exc, "inspect directory", legacy) from exc
         known = not stat.S_ISREG(st.st_mode)  # a symlink stays legacy: opening it is refused, as before
         if known and os.path.lexists(legacy + _ORDERED):
             raise IntegrityError(
@@ -176,7 +198,7 @@ class FileBackend(Backend):
                 raise _LayoutChanged from None
             return
         except OSError as exc:
-            raise _oserror(exc, "create", legacy) from exc
+            raise _ERRORS.error(exc, "create", legacy) from exc
         try:
             os.fchmod(fd, 0o600)  # as every file of the store, whatever the umask
             os.write(fd, _MARKER)
@@ -196,11 +218,7 @@ class FileBackend(Backend):
         except FileNotFoundError:
             return None
         except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise IntegrityError(
-                    f"file backend refuses {name!r}: its directory is not a plain directory (a planted symlink?)"
-                ) from exc
-            raise _oserror(exc, "open the directory of", name) from exc
+            raise _ERRORS.error(exc, "open the directory of", name) from exc
 
     def _locked(self, stripe: int) -> _Flock:
         return _Flock(f"{self._locks}/{stripe:02x}.lock")
@@ -220,9 +238,7 @@ class FileBackend(Backend):
         except FileNotFoundError:
             raise
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise IntegrityError(f"file backend refuses {what!r}: its file is a symlink") from exc
-            raise _oserror(exc, "open", what) from exc
+            raise _ERRORS.error(exc, "open", what) from exc
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):  # a FIFO would block a read forever; a device is no frame
@@ -324,7 +340,7 @@ class FileBackend(Backend):
                 try:
                     write_atomic(file, (head, data), fsync=self._fsync, dir_fd=dfd)
                 except OSError as exc:
-                    raise _oserror(exc, "write", name) from exc
+                    raise _ERRORS.error(exc, "write", name) from exc
             finally:
                 os.close(dfd)
         return Token(gen)
@@ -344,7 +360,7 @@ class FileBackend(Backend):
                     if self._fsync:
                         os.fsync(dfd)
                 except OSError as exc:
-                    raise _oserror(exc, "delete", name) from exc
+                    raise _ERRORS.error(exc, "delete", name) from exc
             finally:
                 os.close(dfd)
 

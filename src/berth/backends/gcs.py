@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -41,6 +40,7 @@ from berth._errors import BackendError, BerthError, TokenMismatch
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._bulk import Head, sorted_names
+from berth.backends._errmap import ErrorMap, Row, precondition_rows
 from berth.backends._objects import ObjectNames
 
 __all__ = ["GcsBackend"]
@@ -122,26 +122,17 @@ class _Attempts:
         self.retried = True
 
 
-@contextmanager
-def _mapped(name: str, op: str, attempts: _Attempts | None = None) -> Iterator[None]:
-    """Map client errors: a lost precondition of a conditional call (`attempts`) to TokenMismatch."""
-    try:
-        yield
-    except _FAILURES as exc:
-        _release(exc)
-        if attempts is not None and _is_lost(exc):
-            if attempts.retried:
-                raise BackendError(
-                    f"gcs {op} of {name!r} has an unknown outcome: it was retried after a transient error and "
-                    f"then found its precondition gone; an earlier attempt may have succeeded"
-                ) from exc
-            raise TokenMismatch(f"{name!r} is not at the generation given ({op})") from exc
-        raise BackendError(f"gcs {op} of {name!r} failed: {type(exc).__name__}: {_short(exc)}") from exc
-
-
 def _short(exc: BaseException) -> str:
     text = getattr(exc, "message", None) or str(exc)
     return str(text).splitlines()[0][:200] if text else ""
+
+
+_ERRORS = ErrorMap(
+    "gcs",
+    [*precondition_rows(_FAILURES, _is_lost), Row(_FAILURES)],
+    detail=lambda exc: f"{type(exc).__name__}: {_short(exc)}",
+    before=_release,
+)
 
 
 class GcsBackend(Backend):
@@ -266,7 +257,7 @@ class GcsBackend(Backend):
         attempts = _Attempts() if condition is not None else None
         # An unconditional upload is retried only after a 429: GCS refused it unapplied.
         retry = self._retry(attempts) if attempts is not None else self._retry(predicate=_throttled)
-        with _mapped(name, "put", attempts):
+        with _ERRORS.mapped("put", name, conditional=attempts is not None, attempts=attempts):
             blob.upload_from_string(
                 bytes(data),
                 content_type="application/octet-stream",
@@ -287,7 +278,7 @@ class GcsBackend(Backend):
         """
         obj, _ = self._names.object(name)
         blob = self._bucket.blob(obj)
-        with _mapped(name, "get"):
+        with _ERRORS.mapped("get", name):
             try:
                 data = blob.download_as_bytes(retry=self._retry(), timeout=self._timeout)
             except _FAILURES as exc:
@@ -305,7 +296,7 @@ class GcsBackend(Backend):
             BackendError: GCS failed.
         """
         blob = self._bucket.blob(self._names.object(name)[0])
-        with _mapped(name, "read"):
+        with _ERRORS.mapped("read", name):
             try:
                 data = blob.download_as_bytes(start=0, end=max(size, 1) - 1, retry=self._retry(), timeout=self._timeout)
             except _FAILURES as exc:
@@ -328,7 +319,7 @@ class GcsBackend(Backend):
             raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
         obj, _ = self._names.object(name)
         attempts = _Attempts()
-        with _mapped(name, "delete", attempts):
+        with _ERRORS.mapped("delete", name, conditional=True, attempts=attempts):
             self._bucket.delete_blob(
                 obj, if_generation_match=generation, retry=self._retry(attempts), timeout=self._timeout
             )
@@ -344,7 +335,7 @@ class GcsBackend(Backend):
         )
         pages = iter(blobs.pages)
         while True:
-            with _mapped(prefix, "list"):
+            with _ERRORS.mapped("list", prefix):
                 page = next(pages, None)
                 items = list(page) if page is not None else None
             if items is None:
@@ -387,7 +378,7 @@ class GcsBackend(Backend):
                 yield name, b"", Token(int(listed.generation)), full
                 continue
             blob = self._bucket.blob(listed.name)
-            with _mapped(name, "read"):
+            with _ERRORS.mapped("read", name):
                 try:
                     head = blob.download_as_bytes(
                         start=0, end=min(size, full) - 1, retry=self._retry(), timeout=self._timeout

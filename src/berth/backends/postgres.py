@@ -25,7 +25,6 @@ import re
 import struct
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -40,6 +39,7 @@ from berth._token import Token
 from berth.backends import Backend
 from berth.backends._aio import AsyncBackend
 from berth.backends._bulk import Head, upper_bound
+from berth.backends._errmap import ErrorMap, Row
 from berth.backends._pgpool import KEEP_BYTES, AsyncPool, Pool
 
 __all__ = ["SCHEMA_VERSION", "AsyncPostgresBackend", "PostgresBackend"]
@@ -75,17 +75,7 @@ _MIGRATIONS: list[list[str]] = [
 ]
 
 
-def _backend_error(what: str, name: str, exc: psycopg.Error) -> BackendError:
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return BackendError(f"postgresql backend could not {what} {name!r}: {type(exc).__name__}: {detail}")
-
-
-@contextmanager
-def _mapped(what: str, name: str) -> Iterator[None]:
-    try:
-        yield
-    except psycopg.Error as exc:
-        raise _backend_error(what, name, exc) from exc
+_ERRORS = ErrorMap("postgresql", [Row(psycopg.Error)])
 
 
 class _Pieces:
@@ -196,7 +186,7 @@ class PostgresBackend(Backend):
         self._lock_id = int.from_bytes(
             hashlib.sha256(f"berth:{schema}.{table}".encode()).digest()[:8], "big", signed=True
         )
-        with _mapped("parse the connection string for", f"{schema}.{table}"):
+        with _ERRORS.mapped("parse the connection string for", f"{schema}.{table}"):
             params = psycopg.conninfo.conninfo_to_dict(conninfo)
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
         if "application_name" not in params:
@@ -338,7 +328,7 @@ class PostgresBackend(Backend):
                 database or schema), or holds a newer layout than this berth knows.
         """
         where = f"{self.schema}.{self.table}"
-        with _mapped("set up", where), self._pool.connection() as conn:
+        with _ERRORS.mapped("set up", where), self._pool.connection() as conn:
             if self._installed_version(conn) == SCHEMA_VERSION:
                 self._ready = True
                 return SCHEMA_VERSION
@@ -423,8 +413,8 @@ class PostgresBackend(Backend):
                 return row
             finally:
                 pool.give(lease)
-        except psycopg.Error as exc:
-            raise _backend_error(what, name, exc) from exc
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, what, name) from exc
 
     def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
         """Store `data` under `name` with a new generation (conditionally if asked)."""
@@ -446,7 +436,7 @@ class PostgresBackend(Backend):
         at = 0 if key == "put_match" else 1  # where _put_statement puts the frame
         data, rest = memoryview(params[at]), params[:at] + params[at + 1 :]
         try:
-            with _mapped("save", name), self._pool.connection() as conn, conn.transaction():
+            with _ERRORS.mapped("save", name), self._pool.connection() as conn, conn.transaction():
                 conn.execute(self._q["upload_table"])
                 with conn.cursor() as cur:
                     with cur.copy(self._q["upload"]) as copy:
@@ -533,7 +523,7 @@ class PostgresBackend(Backend):
         pager = _Pager(self._q, kind, prefix, size, limit, reverse)
         self._ensure_ready()
         while (step := pager.next()) is not None:
-            with _mapped("list", prefix), self._pool.connection() as conn:
+            with _ERRORS.mapped("list", prefix), self._pool.connection() as conn:
                 rows = conn.execute(*step, binary=True).fetchall()
             pager.feed(rows)
             yield from rows
@@ -557,7 +547,7 @@ class PostgresBackend(Backend):
         if not names:
             return []
         self._ensure_ready()
-        with _mapped("load", names[0]), self._pool.connection() as conn:
+        with _ERRORS.mapped("load", names[0]), self._pool.connection() as conn:
             rows = conn.execute(self._q["get_many"], (list(names),), binary=True).fetchall()
         return _got_many(names, rows)
 
@@ -567,7 +557,7 @@ class PostgresBackend(Backend):
         if params is None:
             return [False] * len(items)
         self._ensure_ready()
-        with _mapped("delete", params[0][0]), self._pool.connection() as conn:
+        with _ERRORS.mapped("delete", params[0][0]), self._pool.connection() as conn:
             rows = conn.execute(self._q["delete_many"], params).fetchall()
         return self._deleted_many(items, rows)
 
@@ -642,8 +632,8 @@ class AsyncPostgresBackend(AsyncBackend):
                 return row
             finally:
                 await pool.give(lease)
-        except psycopg.Error as exc:
-            raise _backend_error(what, name, exc) from exc
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, what, name) from exc
 
     async def _fetchall(self, what: str, name: str, query: bytes, params: Any, binary: bool) -> list[Any]:
         pool = self._pool
@@ -659,8 +649,8 @@ class AsyncPostgresBackend(AsyncBackend):
                     await cur.close()
             finally:
                 await pool.give(lease)
-        except psycopg.Error as exc:
-            raise _backend_error(what, name, exc) from exc
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, what, name) from exc
 
     async def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
         key, params = self.sync._put_statement(name, data, if_match, if_absent)

@@ -35,7 +35,7 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from itertools import islice
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
@@ -49,6 +49,7 @@ from berth._token import Token
 from berth.backends import Backend
 from berth.backends._aio import AsyncBackend, expire
 from berth.backends._bulk import Data, Head, Ordering, ordered, sorted_names
+from berth.backends._errmap import ErrorMap, Row
 
 __all__ = ["AsyncRedisBackend", "DurabilityWarning", "RedisBackend"]
 
@@ -100,14 +101,22 @@ def _packed(command: bytes, keys: list[str], *args: bytes) -> bytes:
     return b"".join(parts)
 
 
+_ERRORS = ErrorMap(
+    "redis",
+    [
+        Row(
+            redis.exceptions.ResponseError,
+            FormatError,
+            "redis value for {name!r} is not a berth frame (a value of another type)",
+            lambda exc, call: str(exc).startswith("WRONGTYPE"),
+        ),
+        Row(redis.exceptions.RedisError),
+    ],
+)
+
+
 class DurabilityWarning(UserWarning):
     """The Redis server can lose writes it acknowledged (no append-only file, or one never fsynced)."""
-
-
-def _failed(what: str, name: str, exc: redis.exceptions.RedisError) -> NoReturn:
-    if isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith("WRONGTYPE"):
-        raise FormatError(f"redis value for {name!r} is not a berth frame (a value of another type)") from exc
-    raise BackendError(f"redis backend could not {what} {name!r}: {type(exc).__name__}: {exc}") from exc
 
 
 def _caller_level() -> int:
@@ -302,7 +311,7 @@ class RedisBackend(Backend):
     def _read_again(self, exc: redis.exceptions.RedisError, what: str, name: str, call: Callable[[], Any]) -> Any:
         """`call` (an idempotent read) failed with `exc`: retry it after a connection error or a timeout."""
         if not isinstance(exc, _RETRIED):
-            _failed(what, name, exc)
+            raise _ERRORS.error(exc, what, name) from exc
         for pause in _READ_RETRIES:
             time.sleep(pause)
             try:
@@ -310,8 +319,8 @@ class RedisBackend(Backend):
             except _RETRIED as again:
                 exc = again
             except redis.exceptions.RedisError as other:
-                _failed(what, name, other)
-        _failed(what, name, exc)
+                raise _ERRORS.error(other, what, name) from other
+        raise _ERRORS.error(exc, what, name) from exc
 
     def _read(self, call: Callable[[], Any], what: str, name: str) -> Any:
         try:
@@ -332,7 +341,7 @@ class RedisBackend(Backend):
             else:
                 done = self._command("SET", *args)
         except redis.exceptions.RedisError as exc:
-            _failed("save", name, exc)
+            raise _ERRORS.error(exc, "save", name) from exc
         return self._put_token(name, done, gen, "already exists")
 
     def _new_value(self, name: str, data: bytes) -> tuple[str, bytes, int]:
@@ -365,7 +374,7 @@ class RedisBackend(Backend):
             else:
                 done = self._eval(self._put_if_match, key, value, expected)
         except redis.exceptions.RedisError as exc:
-            _failed("save", name, exc)
+            raise _ERRORS.error(exc, "save", name) from exc
         return self._put_token(name, done is not None, gen, "changed since it was read")
 
     def get(self, name: str) -> tuple[Data, Token] | None:
@@ -395,7 +404,7 @@ class RedisBackend(Backend):
             else:
                 deleted = self._eval(self._delete, key, expected)
         except redis.exceptions.RedisError as exc:
-            _failed("delete", name, exc)
+            raise _ERRORS.error(exc, "delete", name) from exc
         self._deleted(name, token, deleted)
 
     def _delete_args(self, name: str, token: Token) -> tuple[str, bytes]:
@@ -526,7 +535,7 @@ class RedisBackend(Backend):
             for reply in (head, length):
                 if isinstance(reply, redis.exceptions.RedisError):
                     if not str(reply).startswith("WRONGTYPE"):
-                        _failed("list", name, reply)
+                        raise _ERRORS.error(reply, "list", name) from reply
                     # not a string: something else's value under berth's prefix
                     yield name, FormatError(f"redis value for {name!r} is not a berth frame"), Token.ZERO, 0
                     break
@@ -560,7 +569,7 @@ class RedisBackend(Backend):
         try:
             results = pipe.execute()
         except redis.exceptions.RedisError as exc:
-            _failed("delete", first, exc)
+            raise _ERRORS.error(exc, "delete", first) from exc
         return self._deleted_many(items, results, first)
 
     def _queue_deletes(self, pipe: Any, items: Sequence[tuple[str, Token]]) -> str | None:
@@ -699,7 +708,7 @@ class AsyncRedisBackend(AsyncBackend):
             pipe.wait(*self.sync._wait)
             result, acked = await self._timed(pipe.execute)
         except redis.exceptions.RedisError as exc:
-            _failed(what, name, exc)
+            raise _ERRORS.error(exc, what, name) from exc
         self.sync._check_acked(name, acked)
         return result
 
@@ -709,7 +718,7 @@ class AsyncRedisBackend(AsyncBackend):
             return await self._timed(call)
         except redis.exceptions.RedisError as exc:
             if not isinstance(exc, _RETRIED):
-                _failed(what, name, exc)
+                raise _ERRORS.error(exc, what, name) from exc
             last = exc
         for pause in _READ_RETRIES:
             await asyncio.sleep(pause)
@@ -718,8 +727,8 @@ class AsyncRedisBackend(AsyncBackend):
             except _RETRIED as again:
                 last = again
             except redis.exceptions.RedisError as other:
-                _failed(what, name, other)
-        _failed(what, name, last)
+                raise _ERRORS.error(other, what, name) from other
+        raise _ERRORS.error(last, what, name) from last
 
     async def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
         sync = self.sync
@@ -835,7 +844,7 @@ class AsyncRedisBackend(AsyncBackend):
         try:
             results = await self._timed(pipe.execute)
         except redis.exceptions.RedisError as exc:
-            _failed("delete", first, exc)
+            raise _ERRORS.error(exc, "delete", first) from exc
         return self.sync._deleted_many(items, results, first)
 
     async def aclose(self) -> None:

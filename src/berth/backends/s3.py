@@ -24,7 +24,6 @@ import os
 import random
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -36,6 +35,7 @@ from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._bulk import Head, sorted_names
+from berth.backends._errmap import ErrorMap, Row, described, precondition_rows
 from berth.backends._objects import HASHED, ObjectNames
 
 __all__ = ["S3Backend"]
@@ -57,7 +57,9 @@ def _retried(exc: ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("RetryAttempts") or 0)
 
 
-def _is_lost(exc: ClientError) -> bool:
+def _is_lost(exc: BaseException) -> bool:
+    if not isinstance(exc, ClientError):
+        return False
     code = _code(exc)
     return code in _LOST_CODES or (not code and _status(exc) in (409, 412))
 
@@ -66,26 +68,18 @@ def _is_absent(exc: ClientError) -> bool:
     return _code(exc) in ("NoSuchKey", "NotFound", "404")
 
 
-@contextmanager
-def _mapped(name: str, op: str, *, conditional: bool = False) -> Iterator[None]:
-    try:
-        yield
-    except ClientError as exc:
-        if conditional and _is_lost(exc):
-            if _retried(exc):
-                raise BackendError(
-                    f"s3 {op} of {name!r} has an unknown outcome: it was retried after a transient error and "
-                    f"then found its precondition gone ({_code(exc) or _status(exc)}); an earlier attempt may "
-                    "have succeeded"
-                ) from exc
-            raise TokenMismatch(f"{name!r} is not at the ETag given ({op}: {_code(exc) or _status(exc)})") from exc
-        raise BackendError(f"s3 {op} of {name!r} failed: {_code(exc) or _status(exc)}: {_message(exc)}") from exc
-    except (BotoCoreError, OSError) as exc:
-        raise BackendError(f"s3 {op} of {name!r} failed: {type(exc).__name__}: {exc}") from exc
+def _detail(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):  # its code (or HTTP status) and S3's message; the class name says nothing
+        return f"{_code(exc) or _status(exc)}: {str(exc.response.get('Error', {}).get('Message') or exc)[:200]}"
+    return described(exc)
 
 
-def _message(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Message") or exc)[:200]
+_ERRORS = ErrorMap(
+    "s3",
+    [*precondition_rows(ClientError, _is_lost), Row((ClientError, BotoCoreError, OSError))],
+    detail=_detail,
+    retried=lambda exc: isinstance(exc, ClientError) and _retried(exc) > 0,
+)
 
 
 class S3Backend(Backend):
@@ -212,7 +206,7 @@ class S3Backend(Backend):
             kwargs["IfNoneMatch"] = "*"
         elif if_match is not None:
             kwargs["IfMatch"] = if_match.value
-        with _mapped(name, "put", conditional=conditional):
+        with _ERRORS.mapped("put", name, conditional=conditional):
             if conditional:
                 response = self._client.put_object(**kwargs)
             else:
@@ -237,7 +231,7 @@ class S3Backend(Backend):
             BackendError: S3 failed.
         """
         obj, _ = self._names.object(name)
-        with _mapped(name, "get"):
+        with _ERRORS.mapped("get", name):
             try:
                 response = self._client.get_object(Bucket=self.bucket, Key=obj)
             except ClientError as exc:
@@ -261,14 +255,14 @@ class S3Backend(Backend):
         if not etag:
             raise TokenMismatch(f"{name!r} is not at ETag {token.value!r}")
         obj, _ = self._names.object(name)
-        with _mapped(name, "delete", conditional=True):
+        with _ERRORS.mapped("delete", name, conditional=True):
             self._client.delete_object(Bucket=self.bucket, Key=obj, IfMatch=etag)
 
     def _pages(self, prefix: str) -> Iterator[list[dict[str, Any]]]:
         query = self._names.query_prefix(prefix)
         kwargs: dict[str, Any] = dict(Bucket=self.bucket, Prefix=query, MaxKeys=self._page_size)
         while True:
-            with _mapped(prefix, "list"):
+            with _ERRORS.mapped("list", prefix):
                 page = self._client.list_objects_v2(**kwargs)
             yield page.get("Contents", [])
             if not page.get("IsTruncated"):
@@ -280,7 +274,7 @@ class S3Backend(Backend):
         if rest is None:
             return None
         if HASHED in rest:  # a long name: its metadata has it
-            with _mapped(obj, "head"):
+            with _ERRORS.mapped("head", obj):
                 try:
                     head = self._client.head_object(Bucket=self.bucket, Key=obj)
                 except ClientError as exc:
@@ -359,7 +353,7 @@ class S3Backend(Backend):
         return None if found is None else (found[0], found[2])
 
     def _head(self, obj: str, size: int) -> tuple[bytes, dict[str, str], Token, int] | None:
-        with _mapped(obj, "read"):
+        with _ERRORS.mapped("read", obj):
             try:
                 response = self._client.get_object(Bucket=self.bucket, Key=obj, Range=f"bytes=0-{max(size, 1) - 1}")
             except ClientError as exc:

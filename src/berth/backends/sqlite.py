@@ -26,11 +26,12 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from berth._atomic import make_dirs
-from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
+from berth._errors import BerthError, FormatError, TokenMismatch
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._bulk import Head, upper_bound
+from berth.backends._errmap import ErrorMap, Row
 
 __all__ = ["SqliteBackend"]
 
@@ -46,20 +47,7 @@ _BLOB_IO = LARGE_FRAME  # frames from this size are written into a zeroblob piec
 _BLOB_PIECE = 1 << 20
 
 
-class _mapped:  # noqa: N801 - used as `with _mapped(name):`; a class, not @contextmanager: it runs on every call
-    """sqlite3 errors inside the block come out as BackendError naming `name`."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, sqlite3.Error):
-            raise BackendError(f"sqlite backend failed on {self.name!r}: {exc}") from exc
+_ERRORS = ErrorMap("sqlite", [Row(sqlite3.Error)])
 
 
 try:
@@ -139,7 +127,7 @@ class SqliteBackend(Backend):
         self._fds: list[int] = []
         self._lock = threading.Lock()
         self._create_file()
-        with _mapped(str(self.path)):
+        with _ERRORS.mapped("set up", str(self.path)):
             self._conn().execute(_SCHEMA)
 
     @classmethod
@@ -156,13 +144,13 @@ class SqliteBackend(Backend):
         try:
             make_dirs(self.path.parent)  # missing parents 0700, whatever the umask
         except OSError as exc:
-            raise BackendError(f"sqlite backend cannot create the directory of {str(self.path)!r}: {exc}") from exc
+            raise _ERRORS.error(exc, "create the directory of", str(self.path)) from exc
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         except FileExistsError:
             return
         except OSError as exc:
-            raise BackendError(f"sqlite backend cannot create {str(self.path)!r}: {exc.strerror}") from exc
+            raise _ERRORS.error(exc, "create", str(self.path)) from exc
         os.fchmod(fd, 0o600)
         os.close(fd)
 
@@ -216,21 +204,28 @@ class SqliteBackend(Backend):
         gen = secrets.randbits(62) + 1
         if len(data) >= _BLOB_IO:
             return self._put_large(name, data, gen, if_match, if_absent)
-        with _mapped(name), self._turn():
-            cur = self._cursor()
-            if if_match is not None:
-                cur.execute(
-                    "UPDATE berth_frames SET gen = ?, data = ? WHERE name = ? AND gen = ?",
-                    (gen, data, name, if_match.value),
-                )
-                if cur.rowcount != 1:
-                    raise TokenMismatch(f"{name!r} changed since it was read")
-            elif if_absent:
-                cur.execute("INSERT OR IGNORE INTO berth_frames(name, gen, data) VALUES (?, ?, ?)", (name, gen, data))
-                if cur.rowcount != 1:
-                    raise TokenMismatch(f"{name!r} already exists")
-            else:
-                cur.execute("INSERT OR REPLACE INTO berth_frames(name, gen, data) VALUES (?, ?, ?)", (name, gen, data))
+        try:  # the hot paths map errors in a plain `except`: no context-manager object per call
+            with self._turn():
+                cur = self._cursor()
+                if if_match is not None:
+                    cur.execute(
+                        "UPDATE berth_frames SET gen = ?, data = ? WHERE name = ? AND gen = ?",
+                        (gen, data, name, if_match.value),
+                    )
+                    if cur.rowcount != 1:
+                        raise TokenMismatch(f"{name!r} changed since it was read")
+                elif if_absent:
+                    cur.execute(
+                        "INSERT OR IGNORE INTO berth_frames(name, gen, data) VALUES (?, ?, ?)", (name, gen, data)
+                    )
+                    if cur.rowcount != 1:
+                        raise TokenMismatch(f"{name!r} already exists")
+                else:
+                    cur.execute(
+                        "INSERT OR REPLACE INTO berth_frames(name, gen, data) VALUES (?, ?, ?)", (name, gen, data)
+                    )
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "save", name) from exc
         return Token(gen)
 
     def _put_large(
@@ -244,7 +239,7 @@ class SqliteBackend(Backend):
         """
         conn = self._conn()
         cur = self._cursor()
-        with _mapped(name), self._turn():
+        with _ERRORS.mapped("save", name), self._turn():
             cur.execute("BEGIN IMMEDIATE")
             try:
                 if if_match is not None:
@@ -275,10 +270,12 @@ class SqliteBackend(Backend):
         return Token(gen)
 
     def get(self, name: str) -> tuple[bytes, Token] | None:
-        with _mapped(name):
+        try:
             # fetchall: the kept cursor's statement is stepped to its end and reset, so no read
             # transaction stays open between calls.
             rows = self._cursor().execute("SELECT data, gen FROM berth_frames WHERE name = ?", (name,)).fetchall()
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "load", name) from exc
         if not rows:
             return None
         data, gen = rows[0]
@@ -289,8 +286,11 @@ class SqliteBackend(Backend):
     def delete(self, name: str, token: Token) -> None:
         if not isinstance(token.value, int):
             raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
-        with _mapped(name), self._turn():
-            cur = self._cursor().execute("DELETE FROM berth_frames WHERE name = ? AND gen = ?", (name, token.value))
+        try:
+            with self._turn():
+                cur = self._cursor().execute("DELETE FROM berth_frames WHERE name = ? AND gen = ?", (name, token.value))
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "delete", name) from exc
         if cur.rowcount != 1:
             raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
 
@@ -316,7 +316,7 @@ class SqliteBackend(Backend):
                     where += " AND name < ?"
                     params.append(below)
             order = "DESC" if reverse else "ASC"
-            with _mapped(prefix):
+            with _ERRORS.mapped("list", prefix):
                 rows = (
                     self._conn()
                     .execute(
@@ -359,7 +359,7 @@ class SqliteBackend(Backend):
         unique = list(dict.fromkeys(names))
         conn = self._conn()
         one = len(unique) <= _PAGE
-        with _mapped(unique[0] if unique else "*"):
+        with _ERRORS.mapped("load", unique[0] if unique else "*"):
             if not one:
                 conn.execute("BEGIN")
             try:
@@ -381,7 +381,7 @@ class SqliteBackend(Backend):
         """Delete each name still at its token, all in one transaction (one commit, one fsync)."""
         out = []
         conn = self._conn()
-        with _mapped(items[0][0] if items else "*"), self._turn():
+        with _ERRORS.mapped("delete", items[0][0] if items else "*"), self._turn():
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for name, token in items:
@@ -399,7 +399,7 @@ class SqliteBackend(Backend):
 
     def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
         """The first `size` bytes of the frame under `name` and its token."""
-        with _mapped(name):
+        with _ERRORS.mapped("list", name):
             rows = (
                 self._cursor()
                 .execute("SELECT substr(data, 1, ?), gen FROM berth_frames WHERE name = ?", (size, name))
