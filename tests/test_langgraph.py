@@ -62,15 +62,11 @@ def fake_gcs() -> Iterator[Any]:
         yield gcs
 
 
-# Against their HTTP emulators one run of the suite costs about 1,400 requests (5-15 s on this
-# 2-core box), so the default run takes one face per cloud backend and -m slow the other.
-_SLOW = {("s3", "async"), ("gcs", "sync")}
 CASES = [
-    pytest.param(kind, flavour, id=f"{kind}-{flavour}",
-                 marks=[m for m in (_SERVERS.get(kind), pytest.mark.slow if (kind, flavour) in _SLOW else None) if m])
+    pytest.param(kind, flavour, id=f"{kind}-{flavour}", marks=[_SERVERS[kind]] if kind in _SERVERS else [])
     for kind in ["memory", "sqlite", "file", *_SERVERS]
     for flavour in ("sync", "async")
-]  # fmt: skip
+]
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ Two servers, each for what it can honestly show:
 from __future__ import annotations
 
 import functools
-import gc
 import threading
 import time
 import uuid
@@ -26,8 +25,7 @@ import pytest
 
 import berth
 from berth.testing import AsyncStoreContract, StoreContract, make_envelope
-from tests.backends._async_subset import split
-from tests.conftest import require
+from tests.conftest import closing_what_it_opens, require
 from tests.fakes.gcs import FakeGcs
 from tests.fakes.proxy import FaultyProxy
 
@@ -53,21 +51,8 @@ _clients: list[Any] = []
 
 @pytest.fixture(autouse=True)
 def close_what_tests_open(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Close every backend and client a test opens: a pooled socket left to the GC is a ResourceWarning."""
-    opened: list[GcsBackend] = []
-    init = GcsBackend.__init__
-
-    def recording_init(self: GcsBackend, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        opened.append(self)
-
-    monkeypatch.setattr(GcsBackend, "__init__", recording_init)
-    yield
-    for backend in opened:
-        backend.close()
-    while _clients:
-        _clients.pop().close()
-    gc.collect()  # a connection leaked by this test warns here, in this test
+    """Close every backend and client a test opens; what it leaked warns in it (tests/conftest.py)."""
+    yield from closing_what_it_opens(monkeypatch, GcsBackend, _clients)
 
 
 @pytest.fixture(scope="module")
@@ -97,14 +82,8 @@ class TestGcsContractOnFake(StoreContract):
         return functools.partial(GcsBackend.from_url, f"gs://{bucket}/contract", endpoint=fake.url)
 
 
-class _GcsAsyncContractOnFake(AsyncStoreContract, TestGcsContractOnFake):
+class TestGcsAsyncContractOnFake(AsyncStoreContract, TestGcsContractOnFake):
     """The same cases through berth.aio (this backend in worker threads)."""
-
-
-# the default run takes the representative async cases, -m slow all of them (tests/backends/_async_subset.py)
-TestGcsAsyncContractOnFake, TestGcsAsyncContractOnFakeCore = split(
-    _GcsAsyncContractOnFake, "TestGcsAsyncContractOnFake"
-)
 
 
 # --- the URL and its options ---------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import gc
 import subprocess
 import threading
 import time
@@ -19,8 +18,7 @@ import berth
 from berth.testing import AsyncStoreContract, StoreContract, make_envelope
 from tests._moto import moto_command
 from tests._net import free_port, wait_http
-from tests.backends._async_subset import split
-from tests.conftest import require, unavailable
+from tests.conftest import closing_what_it_opens, require, unavailable
 from tests.fakes.proxy import FaultyProxy
 
 boto3 = require("boto3", "S3")
@@ -52,21 +50,8 @@ _clients: list[Any] = []
 
 @pytest.fixture(autouse=True)
 def close_what_tests_open(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Close every backend and client a test opens: a pooled socket left to the GC is a ResourceWarning."""
-    opened: list[S3Backend] = []
-    init = S3Backend.__init__
-
-    def recording_init(self: S3Backend, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        opened.append(self)
-
-    monkeypatch.setattr(S3Backend, "__init__", recording_init)
-    yield
-    for backend in opened:
-        backend.close()
-    while _clients:
-        _clients.pop().close()
-    gc.collect()  # a connection leaked by this test warns here, in this test
+    """Close every backend and client a test opens; what it leaked warns in it (tests/conftest.py)."""
+    yield from closing_what_it_opens(monkeypatch, S3Backend, _clients)
 
 
 def _raw_client(endpoint: str) -> Any:
@@ -93,12 +78,8 @@ class TestS3Contract(StoreContract):
         return functools.partial(S3Backend.from_url, f"s3://{bucket}/contract", endpoint_url=moto_url)
 
 
-class _S3AsyncContract(AsyncStoreContract, TestS3Contract):
+class TestS3AsyncContract(AsyncStoreContract, TestS3Contract):
     """The same cases through berth.aio (this backend in worker threads)."""
-
-
-# the default run takes the representative async cases, -m slow all of them (tests/backends/_async_subset.py)
-TestS3AsyncContract, TestS3AsyncContractCore = split(_S3AsyncContract, "TestS3AsyncContract")
 
 
 # --- the URL and its options ---------------------------------------------------------------

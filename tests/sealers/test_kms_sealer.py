@@ -17,7 +17,6 @@ from berth.backends.memory import MemoryBackend
 from berth.backends.sqlite import SqliteBackend
 from berth.kms import AwsKms, LocalKms, Wrapped
 from berth.testing import SECRET, FakeClock, StoreContract, make_envelope
-from tests.backends._async_subset import split
 
 from .conftest import REGION, CountingKms
 
@@ -92,7 +91,7 @@ class TestAwsKmsOnMemory(StoreContract):
 
 
 @pytest.mark.s3
-class _AwsKmsOnSqlite(StoreContract):
+class TestAwsKmsOnSqlite(StoreContract):
     process_race_keys = 100
 
     @pytest.fixture
@@ -102,13 +101,6 @@ class _AwsKmsOnSqlite(StoreContract):
     @pytest.fixture
     def sealer(self, aws_key: str, aws_env: str) -> berth.Sealer:
         return berth.KmsSealer(AwsKms(aws_key, region_name=REGION, endpoint_url=aws_env))
-
-
-# Every case runs under AwsKms on memory above; on SQLite (which adds the races between processes,
-# each unwrapping data keys through moto's KMS) the default run takes the representative cases and
-# -m slow all of them: the full contract twice against moto cost about 520 s of a CI run for the
-# same sealer (tests/backends/_async_subset.py).
-TestAwsKmsOnSqlite, TestAwsKmsOnSqliteCore = split(_AwsKmsOnSqlite, "TestAwsKmsOnSqlite")
 
 
 # --- sealing ---------------------------------------------------------------------------------

@@ -27,10 +27,10 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import boto3  # type: ignore[import-untyped]
 from botocore.config import Config  # type: ignore[import-untyped]
 from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
 
+from berth._boto import session as boto_session
 from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
 from berth._token import Token
 from berth.backends import Backend
@@ -138,7 +138,7 @@ class S3Backend(Backend):
         self._attempts = max(1, retry_attempts)
         self._owned: list[Any] = []
         if client is None:
-            session = boto3.session.Session(profile_name=profile_name)
+            session = boto_session(profile_name)
             region = region_name or session.region_name or "us-east-1"
 
             def make(attempts: int) -> Any:

@@ -92,8 +92,9 @@ class AwsKms:
             with self._lock:
                 if self._client is None:
                     try:
-                        import boto3  # type: ignore[import-untyped, unused-ignore]
                         from botocore.config import Config  # type: ignore[import-untyped, unused-ignore]
+
+                        from berth._boto import session
                     except ImportError as exc:
                         raise BerthError("AwsKms needs the boto3 package: pip install 'berth[awskms]'") from exc
 
@@ -102,7 +103,7 @@ class AwsKms:
                         connect_timeout=self._timeout,
                         read_timeout=self._timeout,
                     )
-                    self._client = boto3.session.Session().client(
+                    self._client = session().client(
                         "kms", region_name=self._region, endpoint_url=self._endpoint_url, config=config
                     )
         return self._client
