@@ -403,8 +403,9 @@ def test_an_outage_mid_loop_is_a_backend_error_and_the_store_recovers() -> None:
         store = berth.open_store(
             "gs://outage/p", identity="i", sealer=berth.PlaintextSealer(), endpoint=gcs.url, retry_timeout=1, timeout=2
         )
-        stopper = threading.Timer(0.5, gcs.stop)
-        stopper.start()
+        # the outage starts once a few cycles have passed, however loaded the machine (a fixed
+        # timer could fire before the first cycle ended, leaving no 'ok' to compare with)
+        stopper = threading.Timer(0.2, gcs.stop)
         outcomes: list[str] = []
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and outcomes[-5:] != ["error"] * 5:
@@ -415,10 +416,13 @@ def test_an_outage_mid_loop_is_a_backend_error_and_the_store_recovers() -> None:
                 assert parked is not None and parked.envelope.run_id == key, "a saved envelope must load"
                 assert store.claim(key) is not None, "the only claimer must win"
                 outcomes.append("ok")
+                if outcomes.count("ok") == 3:
+                    stopper.start()
             except berth.BackendError as exc:
                 assert not isinstance(exc, berth.TokenMismatch)
                 outcomes.append("error")
-        stopper.join()
+        if stopper.ident is not None:  # started
+            stopper.join()
         assert "ok" in outcomes and outcomes[-5:] == ["error"] * 5, outcomes
         first_error = outcomes.index("error")
         assert first_error > 0 and "ok" not in outcomes[first_error:], outcomes

@@ -326,8 +326,9 @@ def test_stopping_the_server_mid_loop_is_a_backend_error_never_a_false_success()
             connect_timeout=1,
             read_timeout=2,
         )
-        stopper = threading.Timer(0.5, proc.terminate)
-        stopper.start()
+        # the outage starts once a few cycles have passed, however loaded the machine (a fixed
+        # timer could fire before the first cycle ended, leaving no 'ok' to compare with)
+        stopper = threading.Timer(0.2, proc.terminate)
         outcomes: list[str] = []
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and (len(outcomes) < 5 or outcomes[-5:] != ["error"] * 5):
@@ -338,10 +339,13 @@ def test_stopping_the_server_mid_loop_is_a_backend_error_never_a_false_success()
                 assert parked is not None and parked.envelope.run_id == key, "a saved envelope must load"
                 assert store.claim(key) is not None, "the only claimer must win"
                 outcomes.append("ok")
+                if outcomes.count("ok") == 3:
+                    stopper.start()
             except berth.BackendError as exc:
                 assert not isinstance(exc, berth.TokenMismatch)
                 outcomes.append("error")
-        stopper.join()
+        if stopper.ident is not None:  # started
+            stopper.join()
         proc.wait(timeout=10)
         assert "ok" in outcomes and outcomes[-5:] == ["error"] * 5, outcomes
         assert outcomes.index("error") > 0 and "ok" not in outcomes[outcomes.index("error") + 1 :], outcomes
