@@ -66,6 +66,7 @@ PACKAGES = (
     "orjson",
     "psycopg",
     "redis",
+    "hiredis",
     "boto3",
     "google-cloud-storage",
     "langgraph-checkpoint",
