@@ -218,10 +218,12 @@ def _modules_after(*args: str) -> list[str]:
 
 def test_help_imports_no_command_module_store_backend_or_codec() -> None:
     # What `berth --help` may import (timing is a benchmark's job, benchmarks/_startup.py): the group,
-    # its failures and settings, and click. No command module, no store, no msgspec, no logging.
+    # its failures and settings, the errors module (one `where()` for every message), and click.
+    # No command module, no store, no msgspec, no logging.
     loaded = _modules_after("--help")
     assert [m for m in loaded if m.split(".")[0] == "berth"] == [
-        "berth", "berth._cli", "berth._cli._app", "berth._cli._failures", "berth._cli._settings", "berth._public",
+        "berth", "berth._cli", "berth._cli._app", "berth._cli._failures", "berth._cli._settings", "berth._errors",
+        "berth._public",
     ]  # fmt: skip
     heavy = ("msgspec", "orjson", "json", "logging", "rich", "cryptography", "sqlite3", "typing_extensions")
     assert [m for m in loaded if m.split(".")[0] in heavy] == []

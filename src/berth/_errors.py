@@ -41,9 +41,10 @@ __all__ = [
 ]
 
 
-def where(identity: str | None, key: str | None) -> str:
-    """Render the identity/key pair every message names."""
-    return f"identity {identity or '?'!r}, key {key or '?'!r}"
+def where(identity: str | None, key: str | None = None) -> str:
+    """Render the identity/key pair every message names (the key left out where there is none, as for a
+    whole store's listing); the library's errors and the CLI's messages both use it."""
+    return f"identity {identity or '?'!r}" + ("" if key is None else f", key {key!r}")
 
 
 def restated(exc: BerthError, message: str, *, identity: str | None, key: str | None) -> BerthError:

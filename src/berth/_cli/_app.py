@@ -22,9 +22,9 @@ from berth._cli._failures import (
     one_line,
     show_warning,
     terminal_columns,
-    where,
 )
 from berth._cli._settings import Settings
+from berth._errors import where
 
 __all__ = ["COMMANDS", "CONTEXT", "Group", "cli", "main", "output_options", "store_options"]
 

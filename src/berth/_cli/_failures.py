@@ -24,7 +24,6 @@ __all__ = [
     "show_warning",
     "terminal_columns",
     "warn",
-    "where",
 ]
 
 OK, REFUSED, USAGE = 0, 1, 2
@@ -52,11 +51,6 @@ def refuse(message: str) -> NoReturn:
 def bad_usage(message: str) -> NoReturn:
     """Stop with exit code 2 and a one-line message."""
     raise Failure(message, USAGE)
-
-
-def where(identity: str, key: str | None = None) -> str:
-    """The identity/key pair every message names."""
-    return f"identity {identity!r}" + (f", key {key!r}" if key is not None else "")
 
 
 def warn(message: str) -> None:

@@ -9,7 +9,7 @@ from typing import IO, Any
 import click
 
 from berth._cli._app import CONTEXT, cli, output_options, store_options
-from berth._cli._failures import bad_usage, refuse, where
+from berth._cli._failures import bad_usage, refuse
 from berth._cli._output import (
     console,
     deadline_text,
@@ -22,6 +22,7 @@ from berth._cli._output import (
     terminal_safe,
 )
 from berth._cli._settings import Settings, remember_key, user_name
+from berth._errors import where
 
 
 @cli.command("questions", context_settings=CONTEXT)

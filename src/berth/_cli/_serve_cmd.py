@@ -7,8 +7,9 @@ import os
 import click
 
 from berth._cli._app import CONTEXT, cli
-from berth._cli._failures import bad_usage, where
+from berth._cli._failures import bad_usage
 from berth._cli._settings import Settings, user_name
+from berth._errors import where
 
 
 @cli.command("serve", context_settings=CONTEXT)

@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 import berth
-from berth._cli._failures import bad_usage, warn, where
+from berth._cli._failures import bad_usage, warn
+from berth._errors import where
 
 # The library's modules (berth._store, _config, _redact, _atomic...) are imported where a command
 # first needs them, never here: `berth --help` loads click and the command line only.

@@ -13,7 +13,7 @@ import click
 
 import berth
 from berth._cli._app import CONTEXT, cli, output_options, store_options
-from berth._cli._failures import bad_usage, one_line, refuse, warn, where
+from berth._cli._failures import bad_usage, one_line, refuse, warn
 from berth._cli._output import (
     ago,
     console,
@@ -36,6 +36,7 @@ from berth._cli._output import (
     terminal_safe,
 )
 from berth._cli._settings import Settings, find_listing, remember_key
+from berth._errors import where
 
 # The commands register themselves on `cli` when this module is imported; these are what others call.
 __all__ = ["LS_LIMIT", "VERIFY_STATES", "parse_deadline", "verify_one"]
