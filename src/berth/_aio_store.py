@@ -234,6 +234,35 @@ class AsyncStore:
             if header is not None:
                 yield self._core.listing(key, header, token, size)
 
+    def load_prefix(
+        self, prefix: str = "", *, limit: int | None = None, reverse: bool = False, allow_expired: bool = False
+    ) -> AsyncIterator[tuple[str, Parked]]:
+        """`async for key, parked in` what is parked under `prefix` in key order, as `Store.load_prefix`.
+
+        Bad arguments raise here, before any I/O; the load itself runs as you iterate.
+        """
+        self._core.check_list(prefix, limit)
+        return self._loaded(prefix, limit, reverse, allow_expired)
+
+    async def _loaded(
+        self, prefix: str, limit: int | None, reverse: bool, allow_expired: bool
+    ) -> AsyncIterator[tuple[str, Parked]]:
+        core = self._core
+        if core.witness is not None:  # each frame judged by the witness, as Store.load_prefix
+            rows = self.backend.sorted_heads(core.prefix + prefix, core.head_read, limit=limit, reverse=reverse)
+            async for key, _header, _token, _size in self._peeked(rows, prefix, "load"):
+                parked = await self.load(key, allow_expired=allow_expired)
+                if parked is not None:
+                    yield key, parked
+            return
+        try:
+            async for name, data, token in self.backend.sorted_frames(
+                core.prefix + prefix, limit=limit, reverse=reverse
+            ):
+                yield await self._cpu(len(data), core.loaded, name, data, token, allow_expired)
+        except Exception as exc:
+            core.reraise(exc, prefix or "*", "load")
+
     async def _peeked(self, rows: AsyncIterator[Any], prefix: str, what: str) -> AsyncIterator[Any]:
         core = self._core
         count = 0

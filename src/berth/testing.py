@@ -29,10 +29,10 @@ import multiprocessing
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import pytest
 
@@ -52,12 +52,14 @@ from berth._errors import (
 )
 from berth._plaintext import PlaintextSealer
 from berth._sealer import Sealer
-from berth._store import Listing, Store
+from berth._store import Listing, Parked, Store
 from berth._token import Token
-from berth.backends import Backend, Data, Head, as_backend
+from berth.backends import Backend, Data, Frame, Head, as_backend
 from berth.backends._aio import AsyncBackend, ThreadedBackend
 
 __all__ = ["AsyncStoreContract", "FakeClock", "RecordingBackend", "StoreContract", "make_envelope"]
+
+T = TypeVar("T")
 
 SECRET = "PLAINTEXT-MARKER-7f3a9c"
 """Planted in every contract envelope's state: it must never appear in an error message."""
@@ -144,6 +146,10 @@ class RecordingBackend(Backend):
     def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
         self.calls.append("sorted_heads")
         return self.inner.sorted_heads(prefix, size, limit=limit, reverse=reverse)
+
+    def sorted_frames(self, prefix: str, *, limit: int | None, reverse: bool) -> Iterator[Frame]:
+        self.calls.append("sorted_frames")
+        return self.inner.sorted_frames(prefix, limit=limit, reverse=reverse)
 
     def head(self, name: str, size: int) -> tuple[Data, Token] | None:
         self.calls.append("head")
@@ -642,6 +648,8 @@ class StoreContract:
         assert [i.key for i in store.list("many/", limit=501)] == keys[:501]
         asked = [*keys[::-7], "many/missing"]
         assert [p.envelope.run_id if p else None for p in store.load_many(asked)] == [*keys[::-7], None]
+        assert [p.envelope.run_id for _, p in store.load_prefix("many/", limit=130, reverse=True)] == keys[::-1][:130]
+        assert [key for key, _ in store.load_prefix("many/")] == keys
         assert store.delete_prefix("many/") == 600
         assert [i.key for i in store.list("many")] == ["many0"]
 
@@ -668,6 +676,74 @@ class StoreContract:
         parked = store.load(latest[0].key)
         assert parked is not None and parked.token == latest[0].token
         assert [i.key for i in store.list("t1/", limit=2)] == ["t1/cp-000", "t1/cp-001"]
+
+    # --- loading under a prefix ------------------------------------------------------------
+
+    def test_load_prefix_opens_in_key_order(self, make_store: Callable[..., Store]) -> None:
+        store = make_store()
+        for thread in ("t1", "t10", "t2"):
+            for step in range(5):
+                store.save(f"{thread}/cp-{step:03d}", make_envelope(f"{thread}-{step}"))
+        make_store("someone-else").save("t1/cp-009", make_envelope("theirs"))
+        rows = store.load_prefix("t1/", limit=2, reverse=True)
+        assert iter(rows) is rows, "load_prefix must stream (an iterator), not build a list"
+        got = list(rows)
+        assert [(key, p.envelope.run_id) for key, p in got] == [("t1/cp-004", "t1-4"), ("t1/cp-003", "t1-3")]
+        assert got[0][1].envelope == make_envelope("t1-4", created_at=got[0][1].envelope.created_at)
+        single = store.load("t1/cp-004")
+        assert single is not None and got[0][1].token == single.token
+        assert [key for key, _ in store.load_prefix("t1")] == [f"t1/cp-{i:03d}" for i in range(5)] + [
+            f"t10/cp-{i:03d}" for i in range(5)
+        ]
+        assert [key for key, _ in store.load_prefix(limit=3)] == ["t1/cp-000", "t1/cp-001", "t1/cp-002"]
+        assert list(store.load_prefix("nothing/")) == []
+
+    def test_load_prefix_fails_closed_on_expiry_and_tampering(self, store: Store, clock: FakeClock) -> None:
+        store.save("p/a", make_envelope())
+        store.save("p/b", make_envelope(deadline=clock.now + timedelta(seconds=1)))
+        store.save("p/c", make_envelope())
+        clock.advance(timedelta(seconds=2))
+        assert [key for key, _ in store.load_prefix("p/", limit=1, reverse=True)] == ["p/c"]
+        with pytest.raises(Expired) as info:
+            list(store.load_prefix("p/"))
+        assert info.value.key == "p/b" and info.value.token is not None
+        self._assert_clean(info.value, "p/b")
+        assert [key for key, _ in store.load_prefix("p/", allow_expired=True)] == ["p/a", "p/b", "p/c"]
+        self._plant(store, "p/d", self._raw(store, "p/a"))  # a frame moved to another key
+        with pytest.raises(IntegrityError) as moved:
+            list(store.load_prefix("p/", reverse=True))
+        assert moved.value.key == "p/d"
+        self._assert_clean(moved.value, "p/d")
+        flipped = bytearray(self._raw(store, "p/c"))
+        flipped[-1] ^= 1
+        self._plant(store, "p/d", bytes(flipped))
+        with pytest.raises(IntegrityError):
+            list(store.load_prefix("p/", limit=1, reverse=True))
+        self._plant(store, "p/d", b"not a frame")
+        with pytest.raises(FormatError):
+            list(store.load_prefix("p/", limit=1, reverse=True))
+
+    def test_load_prefix_refuses_a_plaintext_frame(self, make_store: Callable[..., Store]) -> None:
+        sealed = make_store()
+        sealed.save("p/a", make_envelope())
+        make_store(sealer=PlaintextSealer()).save("p/b", make_envelope())  # planted in the clear
+        with pytest.raises(IntegrityError) as info:
+            list(sealed.load_prefix("p/"))
+        assert info.value.key == "p/b"
+
+    @pytest.mark.parametrize("limit", [0, -1, 1.5, True, "3"])
+    def test_load_prefix_refuses_bad_arguments_before_any_io(
+        self, limit: Any, make_store: Callable[..., Store], backend_opener: Callable[[], Backend]
+    ) -> None:
+        recorder = RecordingBackend(backend_opener())
+        store = make_store(backend=recorder)
+        with pytest.raises(ValueError):
+            store.load_prefix(limit=limit)
+        with pytest.raises(InvalidKey):
+            store.load_prefix("/abs")
+        with pytest.raises(InvalidKey):
+            store.load_prefix("new\nline/")
+        assert recorder.calls == []
 
     @pytest.mark.parametrize("limit", [0, -1, 1.5, True, "3"])
     def test_list_refuses_a_bad_limit_before_any_io(
@@ -1146,16 +1222,18 @@ class AwaitingStore:
         return awaited
 
     def list(self, prefix: str = "", **kwargs: Any) -> Iterator[Listing]:
-        rows = self.aio.list(prefix, **kwargs)  # bad arguments raise here, before any I/O, as in Store.list
+        # bad arguments raise here, before any I/O, as in Store.list
+        return self._pulled(self.aio.list(prefix, **kwargs))
 
-        def pull() -> Iterator[Listing]:
-            while True:
-                try:
-                    yield self._portal.call(rows.__anext__())
-                except StopAsyncIteration:
-                    return
+    def load_prefix(self, prefix: str = "", **kwargs: Any) -> Iterator[tuple[str, Parked]]:
+        return self._pulled(self.aio.load_prefix(prefix, **kwargs))
 
-        return pull()
+    def _pulled(self, rows: AsyncIterator[T]) -> Iterator[T]:
+        while True:
+            try:
+                yield self._portal.call(rows.__anext__())
+            except StopAsyncIteration:
+                return
 
     def close(self) -> None:
         self._portal.call(self.aio.aclose())

@@ -18,11 +18,12 @@ from typing import Any, NamedTuple, Self
 from berth._errors import BerthError, FormatError, IntegrityError, TokenMismatch, restated
 from berth._redact import redact_text, redact_url
 from berth._token import Token
-from berth.backends._bulk import Data, Head, sorted_names
+from berth.backends._bulk import FRAME_BATCH, Data, Frame, Head, sorted_names
 
 __all__ = [
     "Backend",
     "Data",
+    "Frame",
     "Head",
     "ENTRY_POINT_GROUP",
     "Entry",
@@ -102,6 +103,20 @@ class Backend(ABC):
             head = self._head_by_get(name, size)
             if head is not None:
                 yield head
+
+    def sorted_frames(self, prefix: str, *, limit: int | None, reverse: bool) -> Iterator[Frame]:
+        """Whole frames under `prefix` in bytewise name order (descending with `reverse`), the first `limit`.
+
+        `(name, data, token)` each; a value that is not one of the backend's records raises
+        (`FormatError`/`IntegrityError`), as `get` does. Default: names only (`scan`) to order
+        them, then `get_many` a batch at a time; a frame deleted meanwhile is left out.
+        """
+        names = sorted_names(self.scan(prefix), limit, reverse)
+        for at in range(0, len(names), FRAME_BATCH):
+            batch = names[at : at + FRAME_BATCH]
+            for name, found in zip(batch, self.get_many(batch), strict=True):
+                if found is not None:
+                    yield name, found[0], found[1]
 
     def _head_by_get(self, name: str, size: int) -> Head | None:
         try:

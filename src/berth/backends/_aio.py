@@ -27,13 +27,14 @@ from typing import Any, NoReturn, TypeVar
 from berth._errors import BackendError, TokenMismatch
 from berth._token import Token
 from berth.backends import Backend, as_backend
-from berth.backends._bulk import Data, Head, sorted_names
+from berth.backends._bulk import FRAME_BATCH, Data, Frame, Head, sorted_names
 
 __all__ = ["DEFAULT_MAX_THREADS", "AsyncBackend", "ThreadedBackend", "expire", "sync_twin"]
 
 DEFAULT_MAX_THREADS = 8
 _ROWS_PER_HOP = 256
 T = TypeVar("T")
+R = TypeVar("R", Head, Frame)
 
 
 class AsyncBackend:
@@ -71,6 +72,18 @@ class AsyncBackend:
         rows = [row async for row in self.heads(prefix, size)]
         for row in sorted_names(rows, limit, reverse):
             yield row
+
+    def sorted_frames(self, prefix: str, *, limit: int | None, reverse: bool) -> AsyncIterator[Frame]:
+        """Whole frames under `prefix` in bytewise name order; default: names from `sorted_heads`, then `get_many`."""
+        return self._frames_by_heads(prefix, limit, reverse)
+
+    async def _frames_by_heads(self, prefix: str, limit: int | None, reverse: bool) -> AsyncIterator[Frame]:
+        names = [row[0] async for row in self.sorted_heads(prefix, 1, limit=limit, reverse=reverse)]
+        for at in range(0, len(names), FRAME_BATCH):
+            batch = names[at : at + FRAME_BATCH]
+            for name, found in zip(batch, await self.get_many(batch), strict=True):
+                if found is not None:
+                    yield name, found[0], found[1]
 
     async def get_many(self, names: Sequence[str]) -> Sequence[tuple[Data, Token] | None]:
         """Every name's data and generation (or None), in order; default: one `get` each, concurrently."""
@@ -139,11 +152,17 @@ class ThreadedBackend(AsyncBackend):
     def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> AsyncIterator[Head]:
         return self._pages(lambda: self.sync.sorted_heads(prefix, size, limit=limit, reverse=reverse))
 
-    async def _pages(self, make: Callable[[], Iterator[Head]]) -> AsyncIterator[Head]:
+    def sorted_frames(self, prefix: str, *, limit: int | None, reverse: bool) -> AsyncIterator[Frame]:
+        # A batch of whole frames per hop: the rows a consumer asked for are wanted together.
+        make = functools.partial(self.sync.sorted_frames, prefix, limit=limit, reverse=reverse)
+        return self._pages(make, FRAME_BATCH, FRAME_BATCH)
+
+    async def _pages(
+        self, make: Callable[[], Iterator[R]], want: int = 1, most: int = _ROWS_PER_HOP
+    ) -> AsyncIterator[R]:
         # The sync iterator is made and advanced in worker threads, a page of rows per hop
         # (1, 2, 4, ... up to _ROWS_PER_HOP); nothing of it runs on the event loop.
         rows = await self._run(make)
-        want = 1
         try:
             while True:
                 page = await self._run(_take, rows, want)
@@ -151,7 +170,7 @@ class ThreadedBackend(AsyncBackend):
                     yield row
                 if len(page) < want:
                     return
-                want = min(want * 2, _ROWS_PER_HOP)
+                want = min(want * 2, most)
         finally:
             if isinstance(rows, Generator):  # a generator holding a cursor or a directory: closed in a thread
                 await self._run(rows.close)
@@ -168,7 +187,7 @@ class ThreadedBackend(AsyncBackend):
         return await self._run(fn, *args)
 
 
-def _take(rows: Iterator[Head], n: int) -> list[Head]:
+def _take(rows: Iterator[R], n: int) -> list[R]:
     return list(itertools.islice(rows, n))
 
 

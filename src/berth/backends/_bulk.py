@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from berth._errors import FormatError, IntegrityError
 from berth._token import Token
 
-__all__ = ["Data", "Head", "Ordering", "ordered", "sorted_names", "upper_bound"]
+__all__ = ["FRAME_BATCH", "Data", "Frame", "Head", "Ordering", "ordered", "sorted_names", "upper_bound"]
 
 Data = bytes | memoryview
 """What a backend reads back: bytes, or (a large frame) a view of the buffer it was read into,
@@ -29,6 +29,12 @@ Head = tuple[str, Data | FormatError | IntegrityError, Token, int]
 
 In place of the bytes, a backend may give the `FormatError`/`IntegrityError` that reading one
 entry raised: a listing yields it flagged and goes on."""
+
+Frame = tuple[str, Data, Token]
+"""(name, the whole stored data, its token): one row of an ordered load (`sorted_frames`)."""
+
+FRAME_BATCH = 64
+"""Frames per read of an ordered load (`sorted_frames`): the most one batch holds in memory."""
 
 _T = TypeVar("_T", str, tuple[str, str], tuple[str, Any], Head)
 

@@ -30,7 +30,7 @@ from berth._errors import BerthError, FormatError, TokenMismatch
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
-from berth.backends._bulk import Head, upper_bound
+from berth.backends._bulk import FRAME_BATCH, Frame, Head, upper_bound
 from berth.backends._errmap import ErrorMap, Row
 
 __all__ = ["SqliteBackend"]
@@ -295,7 +295,13 @@ class SqliteBackend(Backend):
             raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
 
     def _pages(
-        self, prefix: str, columns: str, *args: Any, limit: int | None = None, reverse: bool = False
+        self,
+        prefix: str,
+        columns: str,
+        *args: Any,
+        limit: int | None = None,
+        reverse: bool = False,
+        rows_per_page: int = _PAGE,
     ) -> Iterator[tuple[Any, ...]]:
         # Keyset pages in name order over the primary key's index: no read transaction
         # stays open between pages, so a long listing never blocks writers or checkpoints,
@@ -304,7 +310,7 @@ class SqliteBackend(Backend):
         last: str | None = None
         remaining = limit
         while remaining is None or remaining > 0:
-            page = _PAGE if remaining is None else min(_PAGE, remaining)
+            page = rows_per_page if remaining is None else min(rows_per_page, remaining)
             if reverse:
                 where, params = "name >= ?", [prefix]
                 if last is not None or below is not None:
@@ -348,6 +354,15 @@ class SqliteBackend(Backend):
                 yield name, FormatError(f"sqlite row for {name!r} is not a berth frame"), Token.ZERO, 0
                 continue
             yield name, head, Token(gen), full
+
+    def sorted_frames(self, prefix: str, *, limit: int | None, reverse: bool) -> Iterator[Frame]:
+        """Whole frames under `prefix` in name order: `limit` of them (up to 64) is one indexed query."""
+        for name, data, gen in self._pages(
+            prefix, "data, gen", limit=limit, reverse=reverse, rows_per_page=FRAME_BATCH
+        ):
+            if type(data) is not bytes or type(gen) is not int:  # a row another writer put there
+                raise FormatError(f"sqlite row for {name!r} is not a berth frame (a {type(data).__name__} value)")
+            yield name, data, Token(gen)
 
     def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
         """Every name's data and generation (or None): one query per 256 names, in one read snapshot.
