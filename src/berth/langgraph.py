@@ -148,6 +148,8 @@ _checkpoint_body = msgspec.json.Decoder(_CheckpointBody)
 _writes_body = msgspec.json.Decoder(_WritesBody)
 _any_body = msgspec.json.Decoder(dict[str, Any])
 _Body = TypeVar("_Body")
+_Loaded = tuple[str, Parked | None, list[tuple[str, Parked | None]]]
+"""A checkpoint's key and frame as loaded (None: gone meanwhile), with its writes' keys and frames."""
 
 
 def _field(body: Any, name: str) -> Any:
@@ -223,6 +225,9 @@ class _SyncIO:
     def load_many(self, keys: Sequence[str]) -> list[Parked | None]:
         return self.store.load_many(keys) if keys else []
 
+    def frames(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[tuple[str, Parked]]:
+        return list(self.store.load_prefix(prefix, limit=limit, reverse=reverse))
+
     def save(self, key: str, envelope: Envelope, **condition: Any) -> Any:
         return self.store.save(key, envelope, **condition)
 
@@ -269,6 +274,9 @@ class _AsyncIO:
 
     async def load_many(self, keys: Sequence[str]) -> list[Parked | None]:
         return await self.store.load_many(keys) if keys else []
+
+    async def frames(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[tuple[str, Parked]]:
+        return [row async for row in self.store.load_prefix(prefix, limit=limit, reverse=reverse)]
 
     async def save(self, key: str, envelope: Envelope, **condition: Any) -> Any:
         return await self.store.save(key, envelope, **condition)
@@ -395,41 +403,37 @@ class _SaverCore(BaseCheckpointSaver[Any]):
         )
         return self._checkpoint_key(thread, ns, cid), env, _config(thread, ns, cid)
 
-    def _tuple(self, body: _CheckpointBody, writes: list[tuple[str, str, Any]]) -> CheckpointTuple:
+    def _tuple(self, body: _CheckpointBody, metadata: Any, writes: list[tuple[str, str, Any]]) -> CheckpointTuple:
         thread, ns, cid = body.thread_id, body.checkpoint_ns, body.checkpoint_id
         parent = body.parent_checkpoint_id
         return CheckpointTuple(
             config=_config(thread, ns, cid),
             checkpoint=self.serde.loads_typed((body.type, body.checkpoint)),
-            metadata=self.serde.loads_typed((body.metadata_type, body.metadata)),
+            metadata=metadata,
             parent_config=_config(thread, ns, parent) if parent else None,
             pending_writes=writes,
         )
 
     # -- plans --------------------------------------------------------------------------------
 
-    def _write_keys(self, thread: str, ns: str, cid: str) -> Plan[list[str]]:
-        rows = yield call("io", "heads", self._writes_prefix(thread, ns, cid))
-        return [row.key for row in rows]
-
-    def _newest(self, prefix: str, count: int) -> Plan[list[tuple[str, list[str]]]]:
-        """The newest `count` checkpoints under one namespace's `c/`, each with its write keys.
+    def _newest(self, prefix: str, count: int) -> Plan[list[_Loaded]]:
+        """The newest `count` checkpoints under one namespace's `c/`, each with its writes, opened.
 
         A checkpoint's writes (`c/<id>/<task>`) sort after it, so newest first they come just
-        before it: one listing of two rows per checkpoint (and one) to start with, more only
-        while it has not reached the `count`-th checkpoint.
+        before it: one ordered load of two frames per checkpoint (it and one task's writes) to
+        start with, more only while it has not reached the `count`-th checkpoint.
         """
-        size = 2 * count + 1
+        size = 2 * count
         while True:
-            rows = yield call("io", "heads", prefix, size, True)
-            out: list[tuple[str, list[str]]] = []
-            writes: dict[str, list[str]] = {}
-            for row in rows:
-                parts = self._parts(row.key)
+            rows = yield call("io", "frames", prefix, size, True)
+            out: list[_Loaded] = []
+            writes: dict[str, list[tuple[str, Parked | None]]] = {}
+            for key, parked in rows:
+                parts = self._parts(key)
                 if parts.task:
-                    writes.setdefault(parts.cid, []).append(row.key)
+                    writes.setdefault(parts.cid, []).append((key, parked))
                     continue
-                out.append((row.key, writes.pop(parts.cid, [])))
+                out.append((key, parked, writes.pop(parts.cid, [])))
                 if len(out) == count:
                     return out
             if len(rows) < size:
@@ -437,14 +441,14 @@ class _SaverCore(BaseCheckpointSaver[Any]):
             size *= 4
 
     def _writes(
-        self, thread: str, ns: str, cid: str, keys: Sequence[str], loaded: Sequence[Parked | None]
+        self, thread: str, ns: str, cid: str, loaded: Sequence[tuple[str, Parked | None]]
     ) -> list[tuple[str, str, Any]]:
         """One checkpoint's pending writes, in LangGraph's order, from its write frames as loaded."""
         found: list[tuple[tuple[str, str, int], tuple[str, str, Any]]] = []
-        for key, parked in zip(keys, loaded, strict=True):
+        want = {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}
+        for key, parked in loaded:
             if parked is None:
                 continue
-            want = {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}
             body = self._bound(key, parked, want, _writes_body)
             task, path = body.task_id, body.task_path
             for idx, channel, vtype, vdata in body.writes:
@@ -457,25 +461,42 @@ class _SaverCore(BaseCheckpointSaver[Any]):
         thread = _thread_of(config)
         ns = str(_configurable(config).get("checkpoint_ns") or "")
         cid = get_checkpoint_id(config)
-        if cid:
-            key = self._checkpoint_key(thread, ns, str(cid))
-            write_keys = yield from self._write_keys(thread, ns, str(cid))
-        else:
-            newest = yield from self._newest(f"{self._ns_prefix(thread, ns)}c/", 1)
-            if not newest:
-                return None
-            key, write_keys = newest[0]
-        # the checkpoint and its writes in one batched load; each frame's seal binds it to its key,
-        # and its body names the thread, namespace and checkpoint id again (checked below)
-        loaded = yield call("io", "load_many", [key, *write_keys])
-        parked = loaded[0]
-        if parked is None:
-            return None
         want = {"thread_id": thread, "checkpoint_ns": ns}
         if cid:
             want["checkpoint_id"] = str(cid)
-        body = self._bound(key, parked, want, _checkpoint_body)
-        return self._tuple(body, self._writes(thread, ns, body.checkpoint_id, write_keys, loaded[1:]))
+            key = self._checkpoint_key(thread, ns, str(cid))
+            parked = yield call("io", "load", key)
+            if parked is None:
+                return None
+            writes = yield call("io", "frames", self._writes_prefix(thread, ns, str(cid)))
+            found = [(key, parked, writes)]
+        else:
+            # the latest checkpoint and its writes in one ordered load; each frame's seal binds it
+            # to its key, and its body names the thread, namespace and checkpoint id again (checked)
+            found = yield from self._newest(f"{self._ns_prefix(thread, ns)}c/", 1)
+        tuples = self._tuples(found, want, None, 1)
+        return tuples[0] if tuples else None
+
+    def _tuples(
+        self, found: Sequence[_Loaded], want: dict[str, str], filter: dict[str, Any] | None, limit: int | None
+    ) -> list[CheckpointTuple]:
+        """The checkpoint tuples of `found` (opened frames), each checked against its key and `want`."""
+        out: list[CheckpointTuple] = []
+        for key, parked, writes in found:
+            if parked is None:
+                continue
+            body = self._bound(key, parked, want, _checkpoint_body)
+            metadata = self.serde.loads_typed((body.metadata_type, body.metadata))
+            if filter and not all(metadata.get(k) == v for k, v in filter.items()):
+                continue
+            out.append(
+                self._tuple(
+                    body, metadata, self._writes(body.thread_id, body.checkpoint_ns, body.checkpoint_id, writes)
+                )
+            )
+            if limit is not None and len(out) >= limit:
+                break
+        return out
 
     def _list(
         self,
@@ -497,34 +518,29 @@ class _SaverCore(BaseCheckpointSaver[Any]):
             prefix = f"{self._ns_prefix(str(thread), str(ns))}c/"
         if limit is not None and limit <= 0:
             return []
-        if thread is not None and ns is not None and not filter and not before_id and not only and limit:
-            found = yield from self._newest(prefix, limit)  # one thread and namespace: a bounded listing
-        else:
-            rows = yield call("io", "heads", prefix, None, True)
-            found = self._checkpoints(rows, only, before_id)
         want = {} if thread is None else {"thread_id": str(thread)}
         if ns is not None:
             want["checkpoint_ns"] = str(ns)
+        if thread is not None and ns is not None and not filter and not before_id and not only and limit:
+            # one thread and namespace: a bounded ordered load
+            newest = yield from self._newest(prefix, limit)
+            return self._tuples(newest, want, None, limit)
+        rows = yield call("io", "heads", prefix, None, True)
+        candidates = self._checkpoints(rows, only, before_id)
         out: list[CheckpointTuple] = []
         page = _PAGE if limit is None else min(_PAGE, limit)
-        for start in range(0, len(found), page):
-            chunk = found[start : start + page]
+        for start in range(0, len(candidates), page):
+            chunk = candidates[start : start + page]
             # each checkpoint of the page and all their writes in one batched load
             loaded = yield call("io", "load_many", [k for key, wkeys in chunk for k in (key, *wkeys)])
+            found: list[_Loaded] = []
             at = 0
             for key, wkeys in chunk:
-                parked, wloaded = loaded[at], loaded[at + 1 : at + 1 + len(wkeys)]
+                found.append((key, loaded[at], list(zip(wkeys, loaded[at + 1 : at + 1 + len(wkeys)], strict=True))))
                 at += 1 + len(wkeys)
-                if parked is None:
-                    continue
-                body = self._bound(key, parked, want, _checkpoint_body)
-                tup = self._tuple(body, [])
-                if filter and not all(tup.metadata.get(k) == v for k, v in filter.items()):
-                    continue
-                writes = self._writes(body.thread_id, body.checkpoint_ns, body.checkpoint_id, wkeys, wloaded)
-                out.append(tup._replace(pending_writes=writes))
-                if limit is not None and len(out) >= limit:
-                    return out
+            out += self._tuples(found, want, filter, None if limit is None else limit - len(out))
+            if limit is not None and len(out) >= limit:
+                return out
         return out
 
     def _checkpoints(self, rows: Sequence[Listing], only: Any, before_id: Any) -> list[tuple[str, list[str]]]:

@@ -8,6 +8,7 @@ collation and PostgreSQL's `COLLATE "C"` on a UTF8 database.
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import marshal
 import tempfile
@@ -39,6 +40,7 @@ FRAME_BATCH = 64
 _T = TypeVar("_T", str, tuple[str, str], tuple[str, Any], Head)
 
 
+@functools.lru_cache(maxsize=1024)  # a listing's prefix comes up again and again (a thread's checkpoints)
 def upper_bound(prefix: str) -> str | None:
     """The least string greater than every string starting with `prefix` (code point order), or None."""
     chars = list(prefix)
