@@ -153,7 +153,7 @@ _Loaded = tuple[str, Parked | None, list[tuple[str, Parked | None]]]
 
 
 def _field(body: Any, name: str) -> Any:
-    return body.get(name) if isinstance(body, dict) else getattr(body, name, None)
+    return body.get(name) if type(body) is dict else getattr(body, name, None)
 
 
 class _Parts:
@@ -373,7 +373,7 @@ class _SaverCore(BaseCheckpointSaver[Any]):
                 body = decoder.decode(env.provider_state)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 pass
-        if body is None or any(_field(body, name) != value for name, value in want.items()):
+        if body is None or not all(_field(body, name) == value for name, value in want.items()):
             raise IntegrityError(
                 f"frame at {where(self.identity, key)} is not the LangGraph "
                 f"{'pending writes' if decoder is _writes_body else 'checkpoint'} its key names: refused",
@@ -429,11 +429,11 @@ class _SaverCore(BaseCheckpointSaver[Any]):
             out: list[_Loaded] = []
             writes: dict[str, list[tuple[str, Parked | None]]] = {}
             for key, parked in rows:
-                parts = self._parts(key)
-                if parts.task:
-                    writes.setdefault(parts.cid, []).append((key, parked))
+                cid, _, task = key[len(prefix) :].partition("/")  # `<id>` or `<id>/<task>`
+                if task:
+                    writes.setdefault(cid, []).append((key, parked))
                     continue
-                out.append((key, parked, writes.pop(parts.cid, [])))
+                out.append((key, parked, writes.pop(cid, [])))
                 if len(out) == count:
                     return out
             if len(rows) < size:
