@@ -41,5 +41,10 @@ def test_site_builds_in_strict_mode(tmp_path: Path) -> None:
     # the reference is rendered from the docstrings, not left as `:::` lines
     store = (site / "reference" / "store" / "index.html").read_text()
     assert 'id="berth.Store.claim"' in store and ":::" not in store
+    assert 'id="berth.Store.load_prefix"' in store  # the ordered load, with its docstring's Args and Raises
+    backends = (site / "reference" / "backends" / "index.html").read_text()
+    assert 'id="berth.Backend.sorted_frames"' in backends
+    aio = (site / "reference" / "aio" / "index.html").read_text()
+    assert 'id="berth.aio.AsyncStore.load_prefix"' in aio and 'id="berth.aio.AsyncBackend.sorted_frames"' in aio
     assert "Apache License" in (site / "license" / "index.html").read_text()
     assert "Unreleased" in (site / "changelog" / "index.html").read_text()

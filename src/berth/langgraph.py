@@ -24,10 +24,9 @@ escaped form passes 180 bytes is named by its SHA-256 (``~h<hex>``) -- never cut
 the full value rides in the sealed body and is compared on every load.
 LangGraph's checkpoint ids are UUIDv6 strings, time-ordered and made of safe
 characters, so key order is time order. A checkpoint's writes sort right after it,
-so one newest-first listing of ``c/`` (`Store.list(..., limit=n, reverse=True)`) meets
-each checkpoint's writes just before the checkpoint itself: the latest checkpoint with
-its writes, or a page of history with theirs, is one bounded listing and one
-`Store.load_many`.
+so one newest-first ordered load of ``c/`` (`Store.load_prefix(..., limit=n, reverse=True)`)
+meets each checkpoint's writes just before the checkpoint itself: the latest checkpoint
+with its writes, or a page of history with theirs, is one bounded read of whole frames.
 
 Interrupts resumed exactly once: `resume_once` / `aresume_once` (below).
 """
