@@ -723,6 +723,14 @@ class StoreContract:
         with pytest.raises(FormatError):
             list(store.load_prefix("p/", limit=1, reverse=True))
 
+    def test_load_prefix_reads_a_large_frame_whole(self, store: Store) -> None:
+        # past 1 MiB a backend may read a frame in pieces (PostgreSQL does): the ordered load too
+        store.save("big/a", make_envelope("small"))
+        store.save("big/b", make_envelope("large", provider_state={"blob": "x" * 1_500_000}))
+        got = [(key, p.envelope.run_id, len(p.envelope.provider_state)) for key, p in store.load_prefix("big/")]
+        assert got[0][:2] == ("big/a", "small") and got[1][:2] == ("big/b", "large")
+        assert got[1][2] > 1_500_000
+
     def test_load_prefix_refuses_a_plaintext_frame(self, make_store: Callable[..., Store]) -> None:
         sealed = make_store()
         sealed.save("p/a", make_envelope())
