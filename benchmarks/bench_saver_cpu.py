@@ -1,0 +1,97 @@
+"""Where a LangGraph saver read spends its CPU: BerthSaver beside SqliteSaver, in a hot loop.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_saver_cpu.py [--checkpoints 100] [--profile get_tuple]
+
+One SQLite file each, the same thread of checkpoints written through each saver (the
+2 KiB message list of `benchmarks/_savers.py`); then, per operation, the best of five
+runs of CPU time (`time.process_time`) per call: `get_tuple` (latest), `list(limit=10)`
+and a graph step (put + put_writes). Steadier than section 10's wall-clock rates on a
+shared machine, and the place to start a profile (`--profile OP`: cProfile of BerthSaver).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from _common import chat_messages
+from _cycle import sealer
+from _savers import _step
+
+import berth
+from berth.langgraph import BerthSaver
+
+CONFIG = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+
+def _ops(messages: list[dict[str, Any]]) -> dict[str, Callable[[Any], None]]:
+    steps: dict[int, tuple[str | None, int]] = {}
+
+    def get_tuple(saver: Any) -> None:
+        assert saver.get_tuple(CONFIG).pending_writes
+
+    def list10(saver: Any) -> None:
+        assert len(list(saver.list(CONFIG, limit=10))) == 10
+
+    def step(saver: Any) -> None:
+        parent, n = steps.get(id(saver), (None, 0))
+        steps[id(saver)] = (_step(saver, f"step-{id(saver)}", parent, n, messages), n + 1)
+
+    return {"get_tuple": get_tuple, "list10": list10, "step": step}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--checkpoints", type=int, default=100)
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--profile", choices=["get_tuple", "list10", "step"])
+    args = parser.parse_args()
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    directory = tempfile.mkdtemp(prefix="berth-saver-cpu-")
+    messages = chat_messages(2048)
+    store = berth.open_store(f"sqlite://{directory}/berth.db", identity="bench-lg", sealer=sealer())
+    conn = sqlite3.connect(f"{directory}/langgraph.db", check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    peer = SqliteSaver(conn)
+    peer.setup()
+    savers = {"berth sealed": BerthSaver(store), "LangGraph unencrypted": peer}
+    for saver in savers.values():
+        parent = None
+        for n in range(args.checkpoints):
+            parent = _step(saver, "t", parent, n, messages)
+    for op, fn in _ops(messages).items():
+        calls = args.calls if op != "list10" else max(1, args.calls // 5)
+        cpu = {}
+        for name, saver in savers.items():
+            fn(saver)
+            runs = []
+            for _ in range(5):
+                t0 = time.process_time()
+                for _ in range(calls):
+                    fn(saver)
+                runs.append((time.process_time() - t0) / calls)
+            cpu[name] = min(runs)
+        berth_us, peer_us = cpu["berth sealed"] * 1e6, cpu["LangGraph unencrypted"] * 1e6
+        print(f"{op:10s} berth {berth_us:7.1f} µs   LangGraph {peer_us:7.1f} µs   CPU × {berth_us / peer_us:.2f}")
+    if args.profile:
+        fn, saver = _ops(messages)[args.profile], savers["berth sealed"]
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(args.calls):
+            fn(saver)
+        profile.disable()
+        pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(30)
+    store.close()
+    conn.close()
+
+
+if __name__ == "__main__":
+    main()
