@@ -238,6 +238,46 @@ def test_a_state_is_refused_exactly_when_it_holds_nan_or_infinity(state: object)
         berth.Envelope(provider_state=state)  # nothing else is refused
 
 
+_LARGE = "x" * 4096  # past _C_SEARCH_FROM: the state's JSON is searched for null by C's strstr
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
+@hypothesis_given(_json_like, st.booleans())
+def test_a_large_state_is_refused_exactly_when_it_holds_nan_or_infinity(state: object, last: bool) -> None:
+    # issue 15.4: a state of 2 KiB or more is searched for null in C; the answer is the same
+    large = [_LARGE, state] if last else [state, _LARGE]
+    if _non_finite_reference(state):
+        with pytest.raises(berth.InvalidEnvelope, match="NaN or Infinity"):
+            berth.Envelope(provider_state=large)
+    else:
+        assert berth.Envelope(provider_state=large).state()[0 if last else 1] == _LARGE  # nothing else is refused
+
+
+@pytest.mark.parametrize("c_search", [True, False])
+def test_the_null_search_is_exact_at_every_offset_with_or_without_c(c_search: bool, monkeypatch: Any) -> None:
+    from berth import _envelope
+
+    if not c_search:  # as on a platform with no C library to load by name
+        monkeypatch.setattr(_envelope, "_c_strstr", lambda: None)
+    elif _envelope._c_strstr() is None:
+        pytest.skip("no C library strstr here")
+    size = 3000
+    for at in (0, 1, 15, 16, 17, 31, 32, 1000, size - 5, size - 4):
+        data = bytearray(b"n" * size)
+        data[at : at + 4] = b"null"
+        assert _envelope._holds_null(bytes(data)), at
+        data[at + 3] = ord("x")
+        assert not _envelope._holds_null(bytes(data)), at
+    # strstr stops at a NUL byte, which no encoder writes: data holding one is searched in full anyway
+    assert _envelope._holds_null(b"a" * size + b"\0" + b"null")
+    assert not _envelope._holds_null(b"a" * size + b"\0" + b"nul")
+    nan_last = [{"text": "null and more" * 300}, None, {"score": float("nan")}]
+    with pytest.raises(berth.InvalidEnvelope, match="NaN or Infinity"):
+        berth.Envelope(provider_state=nan_last)
+    nan_last[2] = {"score": 0.5}
+    assert berth.Envelope(provider_state=nan_last).state() == nan_last
+
+
 def test_state_bytes_with_invalid_utf8_inside_a_string_are_refused() -> None:
     # issue 12.2: accepted, parked and claimed, then envelope.state() raised: the run was lost
     for raw in (b'{"a": "\xff"}', b'["ok", "\xc3\x28"]', b'{"\xed\xa0\x80": 1}'):

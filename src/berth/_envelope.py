@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import codecs
+import functools
 import hashlib
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
@@ -73,11 +74,45 @@ def _raw_json(value: Any, what: str) -> bytes:
             raise InvalidEnvelope(f"{what} cannot be encoded as JSON: a string holds a lone surrogate") from None
     except RecursionError:
         raise InvalidEnvelope(f"{what} cannot be encoded as JSON: nested too deeply") from None
-    # Both encoders write NaN and ±Infinity as null. rfind: CPython's backward search runs
-    # ~1.6x faster than `in` over JSON text (it skips on the needle's first byte, rarer than "l").
-    if data.rfind(b"null") >= 0 and _has_non_finite(value):
+    # Both encoders write NaN and ±Infinity as null: only a value whose JSON holds "null" is walked.
+    if _holds_null(data) and _has_non_finite(value):
         raise InvalidEnvelope(f"{what} holds NaN or Infinity, which JSON cannot carry (it would come back as null)")
     return data
+
+
+_C_SEARCH_FROM = 2048
+"""From this size the `null` search is C's `strstr` (below it, calling through ctypes costs more than it saves)."""
+
+
+def _holds_null(data: bytes) -> bool:
+    """Whether the JSON text `data` holds `null` anywhere (exactly: a false positive only costs a walk).
+
+    CPython's own search reads JSON text at ~2.5 GB/s here (~26 µs for a 64 KiB state, ~100 cold:
+    more than encoding it); glibc's `strstr` compares 16 or 32 bytes at a time (~1.2 µs). `strstr`
+    stops at the first NUL byte, and a bytes object's buffer always ends with one (the C API
+    promises it); neither encoder writes a raw NUL (U+0000 is escaped), and data that holds one
+    anyway is searched by CPython.
+    """
+    if len(data) >= _C_SEARCH_FROM and type(data) is bytes:
+        strstr = _c_strstr()
+        if strstr is not None and b"\0" not in data:  # memchr: ~0.7 µs over 64 KiB
+            return strstr(data, b"null") is not None
+    return data.rfind(b"null") >= 0  # ~1.6x faster than `in` over JSON text: it skips on "n", rarer than "l"
+
+
+@functools.cache
+def _c_strstr() -> Callable[[bytes, bytes], int | None] | None:
+    """The C library's `strstr` (ctypes is imported on the first large state, not with berth), or None."""
+    try:
+        import ctypes
+
+        strstr = ctypes.CDLL(None).strstr
+    except Exception:  # no ctypes, or no C library to load by name (Windows): CPython's search is as exact
+        return None
+    strstr.restype = ctypes.c_void_p
+    strstr.argtypes = (ctypes.c_char_p, ctypes.c_char_p)  # bytes are passed as their buffer: no copy
+    found: Callable[[bytes, bytes], int | None] = strstr
+    return found
 
 
 _UTF8_PIECE = 1 << 14
