@@ -687,3 +687,19 @@ def test_listing_past_the_sort_memory_is_ordered_sync_and_async(
     assert asyncio.run(listed(False, None)) == want
     assert asyncio.run(listed(True, None)) == want[::-1]
     assert asyncio.run(listed(False, 5)) == want[:5]
+
+
+def test_a_64_kib_frame_is_read_in_one_piece(redis_url, fresh_prefix) -> None:
+    # issue 15.4: redis-py reads 64 KiB at a time, so a 64 KiB state's frame (header and generation
+    # on top) took two reads and a reader buffer grown by a moving realloc; berth reads 128 KiB
+    backend = RedisBackend.from_url(redis_url, prefix=fresh_prefix, check_durability=False)
+    own = RedisBackend.from_url(redis_url, prefix=fresh_prefix, check_durability=False, socket_read_size=4096)
+    try:
+        assert backend.client.connection_pool.connection_kwargs["socket_read_size"] == 1 << 17
+        assert own.client.connection_pool.connection_kwargs["socket_read_size"] == 4096  # the caller's is kept
+        frame = bytes(range(256)) * 260  # a 64 KiB state's frame, and then some
+        token = backend.put("i/k", frame)
+        assert backend.get("i/k") == (frame, token)
+    finally:
+        backend.close()
+        own.close()

@@ -62,6 +62,7 @@ _PREFIX = re.compile(r"[A-Za-z0-9._-]{1,64}:")
 _GLOB = re.compile(r"([\\*?\[\]])")
 _READ_RETRIES = (0.05, 0.25)  # idempotent reads retry after these pauses; writes never retry
 _RETRIED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+_READ_SIZE = 1 << 17  # bytes a connection reads at a time (its buffer): a 64 KiB frame's reply in one read
 _VIEW_FROM = LARGE_FRAME  # `get` returns frames this large as a view of the reply instead of a copy
 _URL_OPTIONS: dict[str, Callable[[str], Any]] = {
     "prefix": str,
@@ -156,6 +157,9 @@ def _client_args(url: str, options: dict[str, Any], retry: Any = None) -> tuple[
             raise BerthError(f"redis option {forbidden!r} is berth's to set, not the caller's")
     options.setdefault("socket_timeout", 10.0)
     options.setdefault("socket_connect_timeout", 5.0)
+    # redis-py reads a reply 64 KiB at a time by default: a 64 KiB state's frame (its header and
+    # the generation on top) took two reads, two polls and a reader buffer grown by a moving realloc.
+    options.setdefault("socket_read_size", _READ_SIZE)
     # No automatic retries: a write whose reply was lost may have happened,
     # and re-running a claim could turn a win into a reported loss.
     options["retry"] = retry if retry is not None else Retry(NoBackoff(), 0)
