@@ -110,3 +110,62 @@ def test_a_witness_sequence_number_is_in_the_authenticated_header(name: str) -> 
     assert edited != frame
     with pytest.raises(berth.IntegrityError):
         open_frame(edited, identity=kat.IDENTITY, key=kat.KEY, sealer_for=lambda h: sealer)
+
+
+class _OwnBuffer:
+    """A plain `Sealer` (no fast path) whose `open` hands back a buffer it keeps and reuses."""
+
+    name = "own-buffer"
+    key_id = "k"
+
+    def __init__(self) -> None:
+        self.inner = berth.PlaintextSealer()
+        self.buffer = bytearray()
+
+    def seal(self, plaintext: bytes, *, aad: bytes) -> bytes:
+        return self.inner.seal(plaintext, aad=aad)
+
+    def open(self, sealed: bytes, *, aad: bytes) -> bytearray:
+        self.buffer[:] = self.inner.open(sealed, aad=aad)
+        return self.buffer
+
+    def can_open(self, sealer: str, key_id: str) -> bool:
+        return sealer == self.name
+
+
+@pytest.mark.parametrize("sealer", ["plaintext", "aes-gcm", "own-buffer"])
+def test_a_loaded_state_is_decoded_from_the_opened_body_and_stays_isolated(sealer: str) -> None:
+    # issue 15.4: the state is no longer copied out of the opened body on load; state() decodes
+    # a read-only view of it and provider_state copies it out once, on first read
+    import copy
+    import pickle
+
+    from berth._envelope import _STATE_SLOT
+
+    chosen = _OwnBuffer() if sealer == "own-buffer" else kat.sealers()[sealer]
+    store = berth.Store(MemoryBackend(), identity="t", sealer=chosen)
+    state = {"messages": [{"text": "x" * 70_000}], "n": None}
+    store.save("k", berth.Envelope(provider_state=state, run_id="r"))
+    parked = store.load("k")
+    assert parked is not None
+    env = parked.envelope
+    held = _STATE_SLOT.__get__(env, type(env))
+    assert isinstance(held, memoryview) and held.readonly
+    decoded = env.state()
+    assert decoded == state and type(_STATE_SLOT.__get__(env, type(env))) is memoryview  # nothing copied out
+    decoded["messages"].clear()  # what state() returned is the caller's: the envelope is unchanged
+    if sealer == "own-buffer":
+        chosen.buffer[:] = b"\0" * len(chosen.buffer)  # the sealer reusing its buffer changes nothing loaded
+    store.save("k", berth.Envelope(provider_state={"other": 1}, run_id="r"))  # nor does the store
+    assert env.state() == state
+    raw = env.provider_state
+    assert type(raw) is bytes and raw == berth.Envelope(provider_state=state).provider_state
+    assert env.provider_state is raw and type(_STATE_SLOT.__get__(env, type(env))) is bytes  # copied once, kept
+    again = store.load("k")
+    assert again is not None
+    first = store.load("k")
+    assert first is not None and first.envelope == again.envelope  # equality reads the views
+    for twin in (copy.copy(env), copy.deepcopy(env), pickle.loads(pickle.dumps(env)), env.replace(turn=1)):
+        assert type(twin.provider_state) is bytes and twin.provider_state == raw and twin.state() == state
+    with pytest.raises(AttributeError):
+        env.provider_state = b"{}"  # type: ignore[misc]  # still frozen

@@ -29,7 +29,7 @@ import msgspec
 
 from berth._envelope import Envelope, PendingCall
 from berth._errors import BerthError, EnvelopeTooLarge, FormatError, IntegrityError, InvalidEnvelope, where
-from berth._sealer import PartsSealer, Sealer
+from berth._sealer import LARGE_FRAME, PartsSealer, Sealer
 
 __all__ = [
     "FORMAT_VERSION",
@@ -231,8 +231,8 @@ def _encode_prefix(env: Envelope, created_at: datetime) -> bytes:
     return meta[:-1] + STATE_MEMBER
 
 
-def _decode_body(prefix: bytes | memoryview, state: bytes) -> Envelope:
-    """The envelope from a body cut around its state; `state` is kept as it is.
+def _decode_body(prefix: bytes | memoryview, state: bytes | memoryview) -> Envelope:
+    """The envelope from a body cut around its state; `state` is kept as it is (a view: see `open_frame`).
 
     Raises `msgspec.DecodeError`/`ValidationError` on a prefix that is not one `_encode_prefix` writes.
     """
@@ -380,7 +380,16 @@ def open_frame(
             key=key,
         )
     sealer = sealer_for(header)
-    pieces = _open_body(sealer, view[end:], build_aad(view[:end], identity, key), (n - s - 1, n - 1), identity, key)
+    aad, cuts = build_aad(view[:end], identity, key), (n - s - 1, n - 1)
+    if n < LARGE_FRAME:
+        # Opened whole and cut here: the state stays a view of the body (bytes nothing else holds),
+        # which the envelope decodes without copying it out (see `berth._envelope._StateField`).
+        (body,) = _open_body(sealer, view[end:], aad, (), identity, key)
+        if type(body) is not bytes:  # a sealer's own buffer, which it might reuse: cut copies out of it
+            body = bytes(body)
+        pieces: list[bytes | memoryview] = [body[: cuts[0]], memoryview(body)[cuts[0] : cuts[1]], body[cuts[1] :]]
+    else:  # opened piece by piece: the state is its own bytes, never a slice of a whole
+        pieces = list(_open_body(sealer, view[end:], aad, cuts, identity, key))
     del view, data
     size = sum(map(len, pieces))
     if size != n:

@@ -357,7 +357,7 @@ class Envelope:
         Integers beyond 64 bits come back as floats (orjson reads them so); a host
         that parks such numbers decodes the verbatim bytes, `provider_state`, itself.
         """
-        return orjson.loads(self.provider_state)
+        return orjson.loads(_STATE_SLOT.__get__(self, Envelope))  # a loaded state's view: no copy out first
 
     def __getstate__(self) -> dict[str, Any]:
         state = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -368,6 +368,37 @@ class Envelope:
         for name, value in state.items():
             object.__setattr__(self, name, value)
         object.__setattr__(self, "labels", MappingProxyType(dict(state["labels"])))
+
+
+_STATE_SLOT: Any = Envelope.__dict__["provider_state"]  # the slot itself, under the field's descriptor
+
+
+class _StateField:
+    """`Envelope.provider_state`: bytes always, though a loaded envelope holds its state as a view.
+
+    A load opens the body (one bytes object, the state inside it) and cutting the state out is a
+    copy of it (~66k instructions at 64 KiB), which `state()` does not need: it decodes the view.
+    The view is read-only and its bytes are the opened body's, which nothing else holds (not the
+    store, not the backend), so the envelope stays as isolated as with a copy; the first read of
+    `provider_state` copies the state out once and keeps the copy.
+    """
+
+    __slots__ = ()
+
+    def __get__(self, env: Envelope | None, owner: type | None = None) -> Any:
+        if env is None:
+            return self
+        state = _STATE_SLOT.__get__(env, owner)
+        if type(state) is not bytes:
+            state = bytes(state)
+            _STATE_SLOT.__set__(env, state)
+        return state
+
+    def __set__(self, env: Envelope, value: bytes | memoryview) -> None:
+        _STATE_SLOT.__set__(env, value)
+
+
+type.__setattr__(Envelope, "provider_state", _StateField())
 
 
 # --- digests and the resume check ------------------------------------------------------
