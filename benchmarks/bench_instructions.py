@@ -105,7 +105,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="berth-ir-") as workdir:
             subprocess.run([sys.executable, __file__, "--child", c, b, "0", workdir, args.redis], check=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        counted = pool.map(lambda r: count(*r, args.redis, args.keep, max(1, args.repeat)), runs)
+        counted = pool.map(lambda r: count(r[0], r[1], r[2], args.redis, args.keep, max(1, args.repeat)), runs)
         totals = dict(zip(runs, counted, strict=True))
     print(f"instructions per 64 KiB cycle ({args.cycles} cycles minus none, least of {args.repeat}, PYTHONHASHSEED=0)")
     print(f"{'backend':8} {'berth':>12} {'floor':>12} {'berth - floor':>14} {'berth / floor':>14}")

@@ -142,7 +142,8 @@ def test_a_loaded_state_is_decoded_from_the_opened_body_and_stays_isolated(seale
 
     from berth._envelope import _STATE_SLOT
 
-    chosen = _OwnBuffer() if sealer == "own-buffer" else kat.sealers()[sealer]
+    own = _OwnBuffer()
+    chosen: berth.Sealer = own if sealer == "own-buffer" else kat.sealers()[sealer]  # type: ignore[assignment]
     store = berth.Store(MemoryBackend(), identity="t", sealer=chosen)
     state = {"messages": [{"text": "x" * 70_000}], "n": None}
     store.save("k", berth.Envelope(provider_state=state, run_id="r"))
@@ -155,7 +156,7 @@ def test_a_loaded_state_is_decoded_from_the_opened_body_and_stays_isolated(seale
     assert decoded == state and type(_STATE_SLOT.__get__(env, type(env))) is memoryview  # nothing copied out
     decoded["messages"].clear()  # what state() returned is the caller's: the envelope is unchanged
     if sealer == "own-buffer":
-        chosen.buffer[:] = b"\0" * len(chosen.buffer)  # the sealer reusing its buffer changes nothing loaded
+        own.buffer[:] = b"\0" * len(own.buffer)  # the sealer reusing its buffer changes nothing loaded
     store.save("k", berth.Envelope(provider_state={"other": 1}, run_id="r"))  # nor does the store
     assert env.state() == state
     raw = env.provider_state
