@@ -298,7 +298,9 @@ def main() -> None:
         if "contention" in only:
             import _contention
 
-            cb = [b for b in ("sqlite", "postgres") if _cycle.backend_available(b, ctx) is None]
+            cb: list[str] = [
+                b for b in ("sqlite", "postgres") if b in wanted and _cycle.backend_available(b, ctx) is None
+            ]
             log(f"contention: {cb}")
             res["contention"] = _contention.run(cb, ctx, 1 if quick else 3)
             writers = _contention.WRITERS_QUICK if quick else _contention.WRITERS

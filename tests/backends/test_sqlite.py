@@ -284,3 +284,245 @@ def test_a_batch_delete_whose_commit_fails_rolls_back(tmp_path) -> None:
     assert [backend.get(f"i/{n}") is not None for n in range(3)] == [True, True, True]
     assert backend.delete_many([(f"i/{n}", t) for n, t in enumerate(tokens)]) == [True, True, True]
     backend.close()
+
+
+# --- issue 15.3: the turn is a queue (the kernel's flock queue, waited for in a helper thread) ---
+
+_TURN_CHILD = """
+import os, sys, threading, time
+from berth.backends.sqlite import SqliteBackend
+
+db, marker, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
+backend = SqliteBackend(db)
+clashes = []
+
+def run():
+    for _ in range(turns):
+        with backend._turn():
+            try:
+                os.mkdir(marker)  # exists only while some writer holds the turn
+            except FileExistsError:
+                clashes.append(1)
+                continue
+            time.sleep(0.0003)
+            os.rmdir(marker)
+
+threads = [threading.Thread(target=run) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(len(clashes), flush=True)
+"""
+
+_HOLD_CHILD = """
+import sys, time
+from berth.backends.sqlite import SqliteBackend
+
+backend = SqliteBackend(sys.argv[1])
+if sys.argv[2] == "hold":
+    with backend._turn():
+        print("held", flush=True)
+        time.sleep(600)
+backend.put("i/child", b"frame")  # waits in the queue
+print("wrote", flush=True)
+time.sleep(600)
+"""
+
+
+def _turn_holders(lock) -> int:
+    """How many descriptors can take the turn at once right now (0 if someone holds it)."""
+    import fcntl
+
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return 1
+    except BlockingIOError:
+        return 0
+    finally:
+        os.close(fd)
+
+
+def test_turns_across_processes_and_threads_never_overlap_and_none_is_lost(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    db, marker = str(tmp_path / "b.db"), str(tmp_path / "held")
+    SqliteBackend(db).close()
+    children = [
+        subprocess.Popen([sys.executable, "-c", _TURN_CHILD, db, marker, "60"], stdout=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    outs = [child.communicate(timeout=120)[0] for child in children]
+    assert [child.returncode for child in children] == [0, 0, 0]
+    assert [out.strip() for out in outs] == ["0", "0", "0"], "two writers held the turn at once"
+    assert not os.path.exists(marker)
+    assert _turn_holders(tmp_path / "b.db-lock") == 1  # nobody kept it
+
+
+def test_waiters_get_the_turn_in_the_order_they_asked(tmp_path) -> None:
+    import fcntl
+    import threading
+    import time
+
+    backend = SqliteBackend(str(tmp_path / "b.db"))
+    holder = os.open(tmp_path / "b.db-lock", os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    order: list[int] = []
+
+    def write(i: int) -> None:
+        with backend._turn():
+            order.append(i)
+
+    threads = []
+    for i in range(5):
+        threads.append(threading.Thread(target=write, args=(i,)))
+        threads[-1].start()
+        time.sleep(0.1)  # each is queued before the next asks
+    assert order == []
+    fcntl.flock(holder, fcntl.LOCK_UN)
+    for t in threads:
+        t.join(10)
+    assert order == [0, 1, 2, 3, 4]
+    os.close(holder)
+    backend.close()
+
+
+def test_a_holder_or_a_waiter_killed_with_sigkill_does_not_wedge_the_queue(tmp_path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    db = str(tmp_path / "b.db")
+    SqliteBackend(db).close()
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_CHILD, db, "hold"], stdout=subprocess.PIPE, text=True)
+    waiter = None
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        waiter = subprocess.Popen([sys.executable, "-c", _HOLD_CHILD, db, "wait"], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)  # started and queued behind the holder
+        backend = SqliteBackend(db)  # busy_timeout 30 s: only the queue can let these through in time
+        done: list[float] = []
+        writers = [
+            threading.Thread(target=lambda i=i: (backend.put(f"i/k{i}", b"frame"), done.append(time.monotonic())))
+            for i in range(3)
+        ]
+        for w in writers:
+            w.start()
+        time.sleep(0.3)
+        assert not done, "a write went ahead during another writer's turn"
+        waiter.send_signal(signal.SIGKILL)  # dies in the queue
+        waiter.wait(10)
+        time.sleep(0.2)
+        assert not done
+        killed = time.monotonic()
+        holder.send_signal(signal.SIGKILL)  # dies holding the turn
+        holder.wait(10)
+        for w in writers:
+            w.join(10)
+        assert len(done) == 3 and max(done) - killed < 5
+        assert [backend.get(f"i/k{i}") is not None for i in range(3)] == [True, True, True]
+        assert backend.get("i/child") is None  # the killed waiter never wrote
+        backend.close()
+    finally:
+        for child in (holder, waiter):
+            if child is not None:
+                if child.poll() is None:
+                    child.kill()
+                child.wait(10)
+                assert child.stdout is not None
+                child.stdout.close()
+
+
+def test_an_uncontended_turn_is_one_try_and_one_unlock_and_starts_no_thread(tmp_path, monkeypatch) -> None:
+    import fcntl
+    import threading
+
+    from berth.backends import sqlite as module
+
+    calls: list[int] = []
+
+    class Counting:
+        def __getattr__(self, name: str) -> object:
+            return getattr(fcntl, name)
+
+        def flock(self, fd: int, op: int) -> None:
+            calls.append(op)
+            fcntl.flock(fd, op)
+
+    backend = SqliteBackend(str(tmp_path / "b.db"))
+    backend.put("i/warm", b"x")
+    monkeypatch.setattr(module, "fcntl", Counting())
+    before = threading.active_count()
+    token = backend.put("i/k", b"frame")
+    backend.delete("i/k", token)
+    nb = fcntl.LOCK_EX | fcntl.LOCK_NB
+    assert calls == [nb, fcntl.LOCK_UN, nb, fcntl.LOCK_UN]
+    assert threading.active_count() == before
+    assert not any(t.name == "berth-sqlite-turn" for t in threading.enumerate())
+    backend.close()
+
+
+def test_a_timed_out_wait_leaves_no_turn_held_and_the_helper_ends_when_idle(tmp_path, monkeypatch) -> None:
+    import fcntl
+    import threading
+    import time
+
+    from berth.backends import sqlite as module
+
+    monkeypatch.setattr(module, "_IDLE", 0.3)
+    backend = SqliteBackend(str(tmp_path / "b.db"), busy_timeout=0.3)
+    backend.put("i/warm", b"x")
+    lock = tmp_path / "b.db-lock"
+    holder = os.open(lock, os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    backend.put("i/a", b"frame")  # 0.3 s in the queue, then SQLite decides (nobody holds SQLite's lock)
+    fcntl.flock(holder, fcntl.LOCK_UN)  # the helper, still queued, takes the turn and gives it straight back
+    deadline = time.monotonic() + 5
+    while _turn_holders(lock) == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _turn_holders(lock) == 1
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    t0 = time.monotonic()
+    writer = threading.Thread(target=lambda: backend.put("i/b", b"frame"))
+    writer.start()
+    time.sleep(0.1)
+    fcntl.flock(holder, fcntl.LOCK_UN)  # the same helper hands this wait its turn at once
+    writer.join(5)
+    assert time.monotonic() - t0 < 0.3 and backend.get("i/b") is not None
+    while any(t.name == "berth-sqlite-turn" for t in threading.enumerate()) and time.monotonic() < deadline + 5:
+        time.sleep(0.05)
+    assert not any(t.name == "berth-sqlite-turn" for t in threading.enumerate()), "the idle helper did not end"
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    writer = threading.Thread(target=lambda: backend.put("i/c", b"frame"))
+    writer.start()
+    time.sleep(0.1)
+    fcntl.flock(holder, fcntl.LOCK_UN)  # a new helper for this wait
+    writer.join(5)
+    assert backend.get("i/c") is not None
+    os.close(holder)
+    backend.close()
+
+
+def test_closing_with_a_helper_still_queued_releases_everything(tmp_path) -> None:
+    import fcntl
+    import threading
+    import time
+
+    backend = SqliteBackend(str(tmp_path / "b.db"), busy_timeout=0.2)
+    backend.put("i/warm", b"x")
+    lock = tmp_path / "b.db-lock"
+    holder = os.open(lock, os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    backend.put("i/a", b"frame")  # timed out: its helper stays queued
+    backend.close()
+    fcntl.flock(holder, fcntl.LOCK_UN)
+    deadline = time.monotonic() + 5
+    while any(t.name == "berth-sqlite-turn" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(t.name == "berth-sqlite-turn" for t in threading.enumerate())
+    assert _turn_holders(lock) == 1
+    os.close(holder)
