@@ -458,7 +458,7 @@ def writers_section(res: dict[str, Any], goals: Goals) -> list[str]:
         "cycles ÷ the longest wall time; latency is per cycle over all processes; *slowest writer* is the "
         "fewest cycles any one process made ÷ the mean (1.0 is fair); CPU is every process's CPU time ÷ cycles; "
         "*load* is the 1-minute load average after the race. The SQLite floor waits in SQLite's own busy "
-        "handler; berth's writers take turns (docs/store.md, *Many writers on one SQLite file*)."
+        "handler; berth's writers take turns (docs/backends/sqlite.md, *Many writers on one file*)."
     )
     out.append("")
     out.append(

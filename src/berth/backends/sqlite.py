@@ -8,8 +8,10 @@ would add a page write to every commit). The claim is
 transaction (synchronous=FULL); one connection per thread.
 
 Writers take turns through a flock on `{file}-lock` beside the database (see
-`_Turn`), so that under contention every writer gets its turn within a bounded
-wait; reads take no turn (WAL readers never wait for writers).
+`_Turn`): uncontended one non-blocking try, contended a sleep in the kernel's
+first-come-first-served queue of that lock, so that every writer gets its turn in
+order and a waiting writer burns no CPU; reads take no turn (WAL readers never wait
+for writers). docs/backends/sqlite.md says what a host can expect from many writers.
 """
 
 from __future__ import annotations
@@ -69,9 +71,9 @@ class _Turn:
     release can take the turn before the woken head of the queue runs (it then stays at the
     head): that keeps the file busy on a crowded machine, and waiting writers still get
     near-equal shares. The polling this replaced (a `LOCK_NB` try every 0.25-0.75 ms) cost
-    ~35 µs of CPU per try and left the file idle until a try: 0.77× the raw client's
-    cycles/s with 8 writers, against 0.86-0.90× for this queue in the same runs
-    (benchmarks/notes.md, *Writers on one SQLite file*).
+    ~35 µs of CPU per try and left the file idle until a try: with 8 writers in the same
+    runs it made 0.64× the raw client's cycles/s at 1.6 ms of CPU per cycle, this queue
+    0.85× at 1.2 ms (benchmarks/notes.md, *Writers on one SQLite file*).
 
     The turn is only a queue: SQLite's own locking still decides, so a writer that does not
     take turns (another program, an older berth) is safe, and one that has waited
@@ -96,7 +98,10 @@ class _Turn:
                 pass
         while True:
             if helper is None:
-                helper = self._helper = _Helper(self.fd)
+                try:
+                    helper = self._helper = _Helper(self.fd)
+                except (OSError, RuntimeError):  # no descriptor or thread to spare: SQLite's busy handler decides
+                    return
             if helper.wait(self.timeout) is not None:
                 return  # the turn, or none after busy_timeout: SQLite's busy handler decides (the unlock is harmless)
             helper = None  # it ended (idle, or it is a parent's from before a fork): start another
@@ -125,7 +130,11 @@ class _Helper:
         self._go, self._done, self._mutex = threading.Lock(), threading.Lock(), threading.Lock()
         self._go.acquire()
         self._done.acquire()
-        threading.Thread(target=self._run, name="berth-sqlite-turn", daemon=True).start()
+        try:
+            threading.Thread(target=self._run, name="berth-sqlite-turn", daemon=True).start()
+        except BaseException:
+            os.close(self.fd)
+            raise
 
     def wait(self, timeout: float) -> bool | None:
         """True: the turn is held; False: `timeout` passed without it; None: this helper has ended."""
