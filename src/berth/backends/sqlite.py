@@ -73,7 +73,9 @@ class _Turn:
     near-equal shares. The polling this replaced (a `LOCK_NB` try every 0.25-0.75 ms) cost
     ~35 µs of CPU per try and left the file idle until a try: with 8 writers in the same
     runs it made 0.64× the raw client's cycles/s at 1.6 ms of CPU per cycle, this queue
-    0.85× at 1.2 ms (benchmarks/notes.md, *Writers on one SQLite file*).
+    0.85× at 1.2 ms. The helper's round trip (~60 µs of CPU, ~70 µs until the writer runs)
+    is the queue's own cost: with 2-4 writers, whose waits are short, it about cancels the
+    gain (benchmarks/notes.md, *Writers on one SQLite file*).
 
     The turn is only a queue: SQLite's own locking still decides, so a writer that does not
     take turns (another program, an older berth) is safe, and one that has waited
