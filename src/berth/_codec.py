@@ -237,38 +237,86 @@ def _decode_body(prefix: bytes | memoryview, state: bytes | memoryview) -> Envel
     Raises `msgspec.DecodeError`/`ValidationError` on a prefix that is not one `_encode_prefix` writes.
     """
     n = len(prefix) - len(STATE_MEMBER)
-    if n < 2 or bytes(prefix[n:]) != STATE_MEMBER:
+    if n < 2 or prefix[n:] != STATE_MEMBER:
         raise msgspec.DecodeError("the envelope does not end with provider_state")
     w = _meta_decoder.decode(b"".join((prefix[:n], b"}")))
-    env = Envelope.__new__(Envelope)
-    set_ = object.__setattr__
-    set_(env, "version", w.version)
-    set_(env, "provider", w.provider)
-    set_(env, "model", w.model)
-    set_(env, "config_digest", w.config_digest)
-    set_(env, "run_id", w.run_id)
-    set_(env, "provider_state", state)
-    loop = bytes(w.loop_state)
-    set_(env, "loop_state", None if loop == b"null" else loop)
-    calls = []
-    for c in w.pending_calls:
-        call = PendingCall.__new__(PendingCall)
-        set_(call, "id", c.id)
-        set_(call, "name", c.name)
-        set_(call, "input", bytes(c.input))
-        calls.append(call)
-    set_(env, "pending_calls", tuple(calls))
-    set_(env, "turn", w.turn)
-    set_(env, "remaining_turns", w.remaining_turns)
-    set_(env, "reason", w.reason)
-    set_(env, "trace_id", w.trace_id)
-    for name in ("deadline", "created_at"):
-        value = getattr(w, name)
+    for value in (w.deadline, w.created_at):
         if value is not None and value.tzinfo is None:
-            raise msgspec.ValidationError(f"{name} is naive")
-        set_(env, name, value)
-    set_(env, "labels", MappingProxyType(w.labels))
+            raise msgspec.ValidationError("a time in the envelope is naive")
+    loop = w.loop_state
+    env = _new_envelope(Envelope)
+    # The slots' own setters, bound once: a load sets fifteen fields, and `object.__setattr__`
+    # looks each descriptor up again (~1.3 of the ~2.4 µs this took for a LangGraph checkpoint).
+    _set_version(env, w.version)
+    _set_provider(env, w.provider)
+    _set_model(env, w.model)
+    _set_config_digest(env, w.config_digest)
+    _set_run_id(env, w.run_id)
+    _set_provider_state(env, state)
+    _set_loop_state(env, None if loop == _NULL else bytes(loop))
+    _set_pending_calls(env, tuple(map(_call, w.pending_calls)) if w.pending_calls else ())
+    _set_turn(env, w.turn)
+    _set_remaining_turns(env, w.remaining_turns)
+    _set_reason(env, w.reason)
+    _set_trace_id(env, w.trace_id)
+    _set_deadline(env, w.deadline)
+    _set_created_at(env, w.created_at)
+    _set_labels(env, MappingProxyType(w.labels))
     return env
+
+
+def _call(c: _WireCall) -> PendingCall:
+    call = _new_call(PendingCall)
+    _set_call_id(call, c.id)
+    _set_call_name(call, c.name)
+    _set_call_input(call, bytes(c.input))
+    return call
+
+
+def _setter(cls: type, name: str) -> Callable[[object, object], None]:
+    setter: Callable[[object, object], None] = cls.__dict__[name].__set__
+    return setter
+
+
+_NULL = msgspec.Raw(b"null")
+_new_envelope, _new_call = Envelope.__new__, PendingCall.__new__
+(
+    _set_version,
+    _set_provider,
+    _set_model,
+    _set_config_digest,
+    _set_run_id,
+    _set_provider_state,
+    _set_loop_state,
+    _set_pending_calls,
+    _set_turn,
+    _set_remaining_turns,
+    _set_reason,
+    _set_trace_id,
+    _set_deadline,
+    _set_created_at,
+    _set_labels,
+) = (
+    _setter(Envelope, name)
+    for name in (
+        "version",
+        "provider",
+        "model",
+        "config_digest",
+        "run_id",
+        "provider_state",
+        "loop_state",
+        "pending_calls",
+        "turn",
+        "remaining_turns",
+        "reason",
+        "trace_id",
+        "deadline",
+        "created_at",
+        "labels",
+    )
+)
+_set_call_id, _set_call_name, _set_call_input = (_setter(PendingCall, name) for name in ("id", "name", "input"))
 
 
 # --- whole frames ------------------------------------------------------------------------------
