@@ -420,8 +420,9 @@ class StoreCore:
     def loaded(self, name: str, data: Data, token: Token, allow_expired: bool) -> tuple[str, Parked]:
         """`(key, Parked)` of one row of an ordered load (`load_prefix`): opened and checked as `load` does."""
         key = name[len(self.prefix) :]
-        parked = self.opened(key, (data, token), allow_expired)
-        assert parked is not None
+        parked = Parked(self.open(key, data), token)
+        if not allow_expired and parked.envelope.deadline is not None:
+            self.check_deadline(key, parked)
         return key, parked
 
     def check_deadline(self, key: str, parked: Parked) -> None:

@@ -151,8 +151,14 @@ _Loaded = tuple[str, Parked | None, list[tuple[str, Parked | None]]]
 """A checkpoint's key and frame as loaded (None: gone meanwhile), with its writes' keys and frames."""
 
 
-def _field(body: Any, name: str) -> Any:
-    return body.get(name) if type(body) is dict else getattr(body, name, None)
+def _names(body: Any, want: dict[str, str]) -> bool:
+    """Whether a decoded body (a typed struct, or a dict) holds each of `want`'s fields with its value."""
+    if type(body) is dict:
+        return all(body.get(name) == value for name, value in want.items())
+    for name, value in want.items():  # a loop, not all(): this runs for every frame a read opens
+        if getattr(body, name, None) != value:
+            return False
+    return True
 
 
 class _Parts:
@@ -372,7 +378,7 @@ class _SaverCore(BaseCheckpointSaver[Any]):
                 body = decoder.decode(env.provider_state)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 pass
-        if body is None or not all(_field(body, name) == value for name, value in want.items()):
+        if body is None or not _names(body, want):
             raise IntegrityError(
                 f"frame at {where(self.identity, key)} is not the LangGraph "
                 f"{'pending writes' if decoder is _writes_body else 'checkpoint'} its key names: refused",
