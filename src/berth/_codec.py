@@ -139,9 +139,10 @@ def peek_header(data: bytes | memoryview, identity: str, key: str) -> tuple[Head
     `IntegrityError` (a header that does not parse).
     """
     view = memoryview(data)
-    if len(view) < PREFIX_SIZE or view[:8] != MAGIC:
+    # the magic unpacked as bytes with the rest: no slice of the view to compare
+    magic, fmt, hlen = _PREFIX.unpack_from(view) if len(view) >= PREFIX_SIZE else (b"", 0, 0)
+    if magic != MAGIC:
         raise FormatError(f"not a berth frame at {where(identity, key)}", identity=identity, key=key)
-    _, fmt, hlen = _PREFIX.unpack_from(view)
     if fmt != FORMAT_VERSION:
         raise FormatError(
             f"frame at {where(identity, key)} has format version {fmt}; "
