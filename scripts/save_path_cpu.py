@@ -93,7 +93,7 @@ def main() -> None:
         ("store.save(Envelope(...))", save_build),
         ("save(Envelope(...)) + delete", save_delete),
     ]
-    for name, fn in rows:
+    for _name, fn in rows:
         fn()
     for name, fn in rows:
         print(f"{name:36s} {per_call(fn, a.n, a.rounds):8.1f} us")

@@ -329,14 +329,14 @@ class Envelope:
             and type(trace_id) is str
             and "".join(texts).isascii()
         ):
-            for name, text in zip(_TEXT_FIELDS, texts):
+            for name, text in zip(_TEXT_FIELDS, texts, strict=True):
                 if not _is_str(text):
                     raise InvalidEnvelope(f"{name} must be a str (valid UTF-8)")
         if not (type(version) is int and type(turn) is int and type(remaining_turns) is int):
             for name, number in (("version", version), ("turn", turn), ("remaining_turns", remaining_turns)):
                 if not isinstance(number, int) or isinstance(number, bool):
                     raise InvalidEnvelope(f"{name} must be an int")
-        for setter, value in zip(_TEXT_SETTERS, texts):
+        for setter, value in zip(_TEXT_SETTERS, texts, strict=True):
             setter(self, value)
         _SET_VERSION(self, version)
         _SET_TURN(self, turn)

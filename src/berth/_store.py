@@ -79,6 +79,7 @@ DEFAULT_MAX_ENVELOPE_BYTES = MAX_STATE_BYTES + _ENVELOPE_ALLOWANCE
 _CONTROL = re.compile("[\x00-\x1f\x7f]")  # what a key or prefix may not hold
 _HEAD_READ = 1024  # bytes read per frame when listing; a longer header falls back to a full read
 _DELETE_BATCH = 500  # frames per delete_many call of delete_prefix
+_NAMES_KEPT = 4096  # keys whose checked backend name a store keeps (past it, each is checked every time)
 _warned_plaintext = False
 _warn_lock = threading.Lock()
 
@@ -277,6 +278,7 @@ class StoreCore:
         self._plaintext_parts: PartsSealer = self._parts if self._plaintext else PlaintextSealer()
         self.witness: Witness | None = None
         """The witness hooks (berth._witness): None keeps every call exactly as without one."""
+        self._names: dict[str, str] = {}  # key -> backend name, checked: a store names the same few keys
 
     def reraise(self, exc: Exception, key: str, what: str) -> NoReturn:
         """Raise what a failure of `what` at `key` becomes: a berth error naming this identity and `key`."""
@@ -288,7 +290,15 @@ class StoreCore:
         return _listing(key, header, token, size)
 
     def name(self, key: str) -> str:
-        return self.prefix + validate_key(key, self.identity)
+        """The backend name of `key` (checked by the key rules first; raises `InvalidKey`)."""
+        if type(key) is str:  # a str subclass could hash and compare as it likes: never cached
+            name = self._names.get(key)
+            if name is not None:
+                return name
+        name = self.prefix + validate_key(key, self.identity)
+        if type(key) is str and len(self._names) < _NAMES_KEPT:
+            self._names[key] = name
+        return name
 
     def sealer_for(self, header: Header, key: str) -> PartsSealer:
         """The sealer that opens a frame with `header`: the plaintext policy (no silent downgrade)."""
@@ -322,7 +332,8 @@ class StoreCore:
         return open_frame(data, identity=self.identity, key=key, sealer_for=lambda header: self.sealer_for(header, key))
 
     def build(self, key: str, env: Envelope) -> bytes:
-        self.check_envelope(key, env)
+        if type(env) is not Envelope or env.version != ENVELOPE_VERSION:
+            self.check_envelope(key, env)  # raises, with the message, unless a subclass passes
         return self.seal(key, env, env.created_at or self.clock())
 
     def check_envelope(self, key: str, env: Envelope) -> None:
