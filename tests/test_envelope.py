@@ -353,3 +353,24 @@ def test_repr_shows_ids_and_sizes_never_the_state() -> None:
         repr(env.pending_calls[0])
         == f"PendingCall(id='call-7', name='ask', input=<{len(env.pending_calls[0].input)} bytes>)"
     )
+
+
+def test_fields_off_the_fast_check_are_checked_one_by_one() -> None:
+    # The usual envelope (ASCII str, plain int) passes one check; anything else goes field by field.
+    class Name(str):
+        pass
+
+    class Turn(int):
+        pass
+
+    env = make_envelope(provider="anthröpic", model=Name("claude-x"), reason="wartet ✓", turn=Turn(3))
+    assert (env.provider, env.model, env.reason, env.turn) == ("anthröpic", "claude-x", "wartet ✓", 3)
+    assert type(env.model) is Name and type(env.turn) is Turn  # kept as given, as before
+    for field_name in ("provider", "model", "config_digest", "run_id", "reason", "trace_id"):
+        with pytest.raises(berth.InvalidEnvelope, match=f"^{field_name} must be a str"):
+            make_envelope(**{field_name: "bad \ud800"})
+        with pytest.raises(berth.InvalidEnvelope, match=f"^{field_name} must be a str"):
+            make_envelope(**{field_name: b"bytes"})
+    for field_name in ("version", "turn", "remaining_turns"):
+        with pytest.raises(berth.InvalidEnvelope, match=f"^{field_name} must be an int"):
+            make_envelope(**{field_name: False})

@@ -145,6 +145,30 @@ def test_check_key_applies_the_key_rules_without_io() -> None:
             store.check_key(bad)
 
 
+def test_a_key_is_checked_on_every_call_whatever_the_store_has_named_before(monkeypatch) -> None:
+    # The store keeps the checked name of keys it has seen: a bad key is never among them, a str
+    # subclass is never kept, and past the cap keys are still checked and named.
+    monkeypatch.setattr(store_module, "_NAMES_KEPT", 2)
+    store = berth.open_store("memory://", identity="a", sealer=berth.PlaintextSealer(), accept_plaintext=True)
+
+    class Key(str):
+        pass
+
+    assert store.core.name(Key("k2")) == "a/k2"
+    for key in ("k1", "k1", "k3", "k4", "k4"):
+        token = store.save(key, make_envelope())
+        assert store.load(key) is not None
+        store.delete(key, token)
+        assert store.load(key) is None
+    assert sorted(store.core._names) == ["k1", "k3"]
+    for _ in range(2):
+        for bad in ("", "a//b", "tab\there", 42):
+            with pytest.raises(berth.InvalidKey, match="identity 'a'"):
+                store.save(bad, make_envelope())  # type: ignore[arg-type]
+            with pytest.raises(berth.InvalidKey, match="identity 'a'"):
+                store.delete(bad, berth.Token(1))  # type: ignore[arg-type]
+
+
 def test_checkpoint_round_trip_is_private_and_sealed(tmp_path) -> None:
     sealer = berth.AesGcmSealer(berth.Keyring.generate())
     path = tmp_path / "turn-1.ckpt"
