@@ -233,9 +233,6 @@ def _encode_prefix(env: Envelope, created_at: datetime) -> bytes:
     return meta[:-1] + STATE_MEMBER
 
 
-_NULL = msgspec.Raw(b"null")
-
-
 def _decode_body(prefix: bytes | memoryview, state: bytes | memoryview) -> Envelope:
     """The envelope from a body cut around its state; `state` is kept as it is (a view: see `open_frame`).
 
