@@ -370,7 +370,7 @@ def test_fields_off_the_fast_check_are_checked_one_by_one() -> None:
         with pytest.raises(berth.InvalidEnvelope, match=f"^{field_name} must be a str"):
             make_envelope(**{field_name: "bad \ud800"})
         with pytest.raises(berth.InvalidEnvelope, match=f"^{field_name} must be a str"):
-            make_envelope(**{field_name: b"bytes"})
+            make_envelope(**{field_name: b"bytes"})  # type: ignore[arg-type]
     for field_name in ("version", "turn", "remaining_turns"):
         with pytest.raises(berth.InvalidEnvelope, match=f"^{field_name} must be an int"):
-            make_envelope(**{field_name: False})
+            make_envelope(**{field_name: False})  # type: ignore[arg-type]
