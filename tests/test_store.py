@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import os
 import stat
 import sys
@@ -147,14 +148,15 @@ def test_check_key_applies_the_key_rules_without_io() -> None:
 
 def test_a_key_is_checked_on_every_call_whatever_the_store_has_named_before(monkeypatch) -> None:
     # The store keeps the checked name of keys it has seen: a bad key is never among them, a str
-    # subclass is never kept, and past the cap keys are still checked and named.
+    # subclass is refused (never kept), and past the cap keys are still checked and named.
     monkeypatch.setattr(store_module, "_NAMES_KEPT", 2)
     store = berth.open_store("memory://", identity="a", sealer=berth.PlaintextSealer(), accept_plaintext=True)
 
     class Key(str):
         pass
 
-    assert store.core.name(Key("k2")) == "a/k2"
+    with pytest.raises(berth.InvalidKey, match="not a subclass"):
+        store.core.name(Key("k2"))
     for key in ("k1", "k1", "k3", "k4", "k4"):
         token = store.save(key, make_envelope())
         assert store.load(key) is not None
@@ -167,6 +169,32 @@ def test_a_key_is_checked_on_every_call_whatever_the_store_has_named_before(monk
                 store.save(bad, make_envelope())  # type: ignore[arg-type]
             with pytest.raises(berth.InvalidKey, match="identity 'a'"):
                 store.delete(bad, berth.Token(1))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("witness", [None, "memory://"])
+def test_a_str_subclass_key_is_refused_before_any_io_on_every_call(witness: str | None) -> None:
+    # msgspec encodes exact str only, so a StrEnum key used to fail inside the seal as a BackendError
+    # (after the witness or backend was asked): now it is an InvalidKey that says what to pass.
+    class Key(enum.StrEnum):
+        A = "org/repo#42"
+
+    store = berth.Store(_Exploding(), identity="a", sealer=berth.PlaintextSealer())  # type: ignore[arg-type]
+    if witness:
+        store = berth.open_store("memory://", identity="a", sealer=berth.PlaintextSealer(), witness=witness)
+    calls = [
+        lambda: store.save(Key.A, make_envelope()),
+        lambda: store.load(Key.A),
+        lambda: store.claim(Key.A),
+        lambda: store.delete(Key.A, berth.Token(1)),
+        lambda: store.load_many(["ok", Key.A]),
+    ]
+    refused = r"identity 'a': a key is a str, not a subclass of it: pass str\(key\)"
+    for call in calls:
+        with pytest.raises(berth.InvalidKey, match=refused):
+            call()
+    if witness:
+        store.save(str(Key.A), make_envelope())
+        assert store.load(str(Key.A)) is not None
 
 
 def test_checkpoint_round_trip_is_private_and_sealed(tmp_path) -> None:

@@ -28,8 +28,11 @@ def validate_identity(identity: object) -> str:
 
 def validate_key(key: object, identity: str | None = None) -> str:
     """Return `key` if berth accepts it, else raise `InvalidKey` naming the rule it breaks."""
-    if not isinstance(key, str):
-        raise InvalidKey(f"invalid key {key!r} for identity {identity!r}: a key is a str", identity=identity)
+    if type(key) is not str:
+        # A str subclass (a StrEnum member, say) could hash, compare and encode as it likes, and the
+        # frame header and witness records encode exact str only: refused here, before any I/O.
+        what = "a str, not a subclass of it: pass str(key)" if isinstance(key, str) else "a str"
+        raise InvalidKey(f"invalid key {key!r} for identity {identity!r}: a key is {what}", identity=identity)
     problem = _key_problem(key)
     if problem:
         raise InvalidKey(f"invalid key {key!r} for identity {identity!r}: {problem}", identity=identity, key=key)
