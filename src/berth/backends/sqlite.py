@@ -20,6 +20,7 @@ import os
 import secrets
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -232,7 +233,7 @@ class SqliteBackend(Backend):
         self._lock = threading.Lock()
         self._create_file()
         with _ERRORS.mapped("set up", str(self.path)):
-            self._conn().execute(_SCHEMA)
+            self._until_not_busy(self._conn(), _SCHEMA)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SqliteBackend:
@@ -258,11 +259,34 @@ class SqliteBackend(Backend):
         os.fchmod(fd, 0o600)
         os.close(fd)
 
+    def _until_not_busy(self, conn: sqlite3.Connection, statement: str) -> None:
+        """Run a set-up statement, retrying while SQLite answers busy without waiting, up to `busy_timeout`.
+
+        Several processes opening a new file at once each switch it to WAL (or create the table)
+        from a read lock; SQLite refuses all but one at once, without calling its busy handler
+        (waiting could deadlock two readers that both want to write), so `database is locked`
+        would reach a host that only opened a store. The switch and the table are made once per
+        file: retrying them is safe, and costs nothing once the file is set up.
+        """
+        deadline = time.monotonic() + self._busy_timeout
+        while True:
+            try:
+                conn.execute(statement)
+                return
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.001 + 0.004 * secrets.randbelow(1000) / 1000)  # jittered: the others retry too
+
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
+            try:
+                self._until_not_busy(conn, "PRAGMA journal_mode=WAL")
+            except BaseException:
+                conn.close()
+                raise
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
             # A deleted frame's bytes are zeroed, not left in free pages (or a plaintext frame would
             # outlive its migration to a sealer).
