@@ -227,6 +227,10 @@ def writers(backend: str, ctx: dict[str, Any], role: str, trial: int, processes:
         from _floors import PostgresFloor  # made once: concurrent CREATE TABLE IF NOT EXISTS collide in the catalog
 
         PostgresFloor(ctx["postgres"], table=where).close()
+    if backend == "sqlite" and role == "floor":
+        from _floors import SqliteFloor  # made once: the raw client's switches to WAL collide ("database is locked")
+
+        SqliteFloor(where).close()
     start_at = time.time() + 2.0 + 0.15 * processes  # after every interpreter has started and connected
     base = {"backend": backend, "role": role, "where": where, "ctx": ctx, "start_at": start_at, "seconds": seconds}
     procs = [
