@@ -421,20 +421,20 @@ class StoreCore:
             return None
         data, token = found
         del found
-        env = self.open(key, data)
-        del data  # the sealed frame is not needed any more
-        parked = Parked(env, token)
-        if not allow_expired and env.deadline is not None:
-            self.check_deadline(key, parked)
-        return parked
+        return self._parked(key, data, token, allow_expired)
 
     def loaded(self, name: str, data: Data, token: Token, allow_expired: bool) -> tuple[str, Parked]:
         """`(key, Parked)` of one row of an ordered load (`load_prefix`): opened and checked as `load` does."""
         key = name[len(self.prefix) :]
+        return key, self._parked(key, data, token, allow_expired)
+
+    def _parked(self, key: str, data: Data, token: Token, allow_expired: bool) -> Parked:
+        """The frame `data` at `key` opened, as Parked with `token`; Expired past its deadline unless allowed."""
         parked = Parked(self.open(key, data), token)
+        del data  # the sealed frame is not needed any more (the caller has let go of it too)
         if not allow_expired and parked.envelope.deadline is not None:
             self.check_deadline(key, parked)
-        return key, parked
+        return parked
 
     def check_deadline(self, key: str, parked: Parked) -> None:
         """Raise `Expired` (with the token, so a claim can remove it) if `parked` is past its deadline."""
