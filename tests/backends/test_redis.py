@@ -215,8 +215,9 @@ def test_durability_check_tolerates_neither_config_nor_info(acl_user, fresh_pref
         backend.close()
 
 
-def test_documented_acl_is_enough(acl_user, fresh_prefix, unchecked) -> None:
-    # The rules docs/backends/redis.md gives, with the prefix this test uses.
+def test_documented_acl_is_enough(acl_user, fresh_prefix, unchecked, redis_url) -> None:
+    # The rules docs/backends/redis.md gives, with the prefix this test uses; the claim runs
+    # after a SCRIPT FLUSH, so the script goes by its source (EVAL) as after a server restart.
     url = acl_user(
         f"~{fresh_prefix}*",
         "resetchannels",
@@ -224,7 +225,7 @@ def test_documented_acl_is_enough(acl_user, fresh_prefix, unchecked) -> None:
         "+get",
         "+scan",
         "+evalsha",
-        "+script|load",
+        "+eval",
         "+getrange",
         "+strlen",
         "+set",
@@ -240,6 +241,11 @@ def test_documented_acl_is_enough(acl_user, fresh_prefix, unchecked) -> None:
     try:
         store.save("k", make_envelope())
         assert [i.key for i in store.list()] == ["k"]
+        admin = _admin(redis_url)
+        try:
+            admin.script_flush()
+        finally:
+            admin.close()
         assert store.claim("k") is not None and store.claim("k") is None
     finally:
         store.close()
@@ -449,6 +455,71 @@ def test_scripts_are_loaded_again_after_a_script_flush(open_backend, redis_url) 
     finally:
         admin.close()
     assert backend.get("i/k") is None
+
+
+def _script_exists_calls(admin: Any) -> int:
+    return int(admin.info("commandstats").get("cmdstat_script|exists", {}).get("calls", 0))
+
+
+@pytest.mark.parametrize("waiting", [False, True], ids=["direct", "waited"])
+def test_every_write_runs_after_the_script_cache_is_emptied_sync_and_async(redis_url, fresh_prefix, waiting) -> None:
+    """A restart, a failover or SCRIPT FLUSH (another process's, at any moment) empties the
+    server's script cache: each conditional write, on a pipeline with WAIT or alone, still runs
+    once, by the script's source; a waited write asks no SCRIPT EXISTS of its own."""
+    import asyncio
+
+    options = {"prefix": fresh_prefix, "check_durability": False}
+    if waiting:
+        options.update(wait_replicas=1, wait_timeout=20)
+    plain = RedisBackend.from_url(redis_url, prefix=fresh_prefix, check_durability=False)
+    admin = _admin(redis_url)
+
+    def unacked() -> Any:  # no replica here: a waited write happens and then reports the missing ack
+        return pytest.raises(berth.BackendError, match="replicas") if waiting else contextlib.nullcontext()
+
+    def token(name: str) -> berth.Token:
+        found = plain.get(name)
+        assert found is not None
+        return found[1]
+
+    def sync_writes(backend: RedisBackend, name: str) -> None:
+        with unacked():
+            backend.put(name, b"first")
+        admin.script_flush()
+        before = _script_exists_calls(admin)
+        with unacked():
+            backend.put(name, b"second", if_match=token(name))
+        assert plain.get(name)[0] == b"second"
+        admin.script_flush()
+        with unacked():
+            backend.delete(name, token(name))
+        assert plain.get(name) is None
+        assert _script_exists_calls(admin) == before
+
+    async def async_writes(name: str) -> None:
+        backend = AsyncRedisBackend.from_url(redis_url, **options)
+        try:
+            with unacked():
+                await backend.put(name, b"first")
+            admin.script_flush()
+            with unacked():
+                await backend.put(name, b"second", if_match=token(name))
+            assert plain.get(name)[0] == b"second"
+            admin.script_flush()
+            with unacked():
+                await backend.delete(name, token(name))
+            assert plain.get(name) is None
+        finally:
+            await backend.aclose()
+
+    backend = RedisBackend.from_url(redis_url, **options)
+    try:
+        sync_writes(backend, "i/sync")
+        asyncio.run(async_writes("i/async"))
+    finally:
+        backend.close()
+        plain.close()
+        admin.close()
 
 
 def test_large_frames_come_back_without_a_copy_and_the_store_reads_them(open_backend) -> None:

@@ -8,7 +8,7 @@ Every write draws a fresh random 62-bit generation, so a generation never repeat
 for a name, not even after a delete and re-create, and a save is one SET (no
 shared counter to write). A save is a plain `SET` (`SET ... NX` when it must
 not exist yet); a save conditional on a generation, and the conditional delete,
-are Lua scripts (EVALSHA) that compare the stored generation and act in one
+are Lua scripts (EVALSHA; EVAL when the server's script cache is empty) that compare the stored generation and act in one
 atomic step. Listing walks the keyspace with `SCAN ... MATCH` (never
 `KEYS`) and reads only each frame's first bytes (`GETRANGE`). The prefix is one
 run of `A-Z a-z 0-9 . _ -` ending in `:`, so no two prefixes' keys can meet.
@@ -126,6 +126,18 @@ def _caller_level() -> int:
     while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "berth":
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
     return level
+
+
+def _run(script: Any, key: str, args: tuple[Any, ...], *, text: bool = False) -> tuple[Any, ...]:
+    """The command of a write: `script` (a registered Script) on `key` and `args` by its SHA, or
+    with `text` by its source; with no script, SET `key` `args`.
+
+    A NOSCRIPT answer to the SHA means the script did not run (a restart, a failover or a SCRIPT
+    FLUSH emptied the server's cache), so the write is sent again by its source: EVAL runs it and
+    caches it, and no SCRIPT LOAD in between can be raced by another flush."""
+    if script is None:
+        return ("SET", key, *args)
+    return ("EVAL", script.script, 1, key, *args) if text else ("EVALSHA", script.sha, 1, key, *args)
 
 
 def _gen_text(value: int) -> bytes:
@@ -290,19 +302,26 @@ class RedisBackend(Backend):
     def _eval(self, script: Any, key: str, *args: Any) -> Any:
         try:
             return self._command("EVALSHA", script.sha, 1, key, *args)
-        except redis.exceptions.NoScriptError:  # the script never ran: loading it and running it again is safe
-            script.sha = self.client.script_load(script.script)
-            return self._command("EVALSHA", script.sha, 1, key, *args)
+        except redis.exceptions.NoScriptError:
+            return self._command(*_run(script, key, args, text=True))
 
-    def _waited(self, queue: Callable[[Any], object], name: str) -> Any:
-        """Run the write `queue` puts on a pipeline, then `WAIT` for the replicas, in one round trip."""
-        replicas, timeout = self._wait
-        pipe = self.client.pipeline(transaction=False)
-        queue(pipe)
-        pipe.wait(replicas, timeout)
-        result, acked = pipe.execute()
+    def _waited(self, name: str, script: Any, key: str, *args: Any) -> Any:
+        """Run the write (`script` on `key` and `args`, or with no script SET `key` `args`), then
+        `WAIT` for the replicas, in one round trip."""
+        try:
+            result, acked = self._pipelined(_run(script, key, args))
+        except redis.exceptions.NoScriptError:
+            result, acked = self._pipelined(_run(script, key, args, text=True))
         self._check_acked(name, acked)
         return result
+
+    def _pipelined(self, command: tuple[Any, ...]) -> Any:
+        # The command goes on the pipeline as it is (a Script on a pipeline would add a round
+        # trip of SCRIPT EXISTS to every execute, and race a SCRIPT FLUSH in between).
+        pipe: Any = self.client.pipeline(transaction=False)
+        pipe.execute_command(*command)
+        pipe.wait(*self._wait)
+        return pipe.execute()
 
     def _check_acked(self, name: str, acked: Any) -> None:
         replicas, timeout = self._wait
@@ -341,7 +360,7 @@ class RedisBackend(Backend):
         args = (key, value, "NX") if if_absent else (key, value)
         try:
             if self._replicas:
-                done = self._waited(lambda pipe: pipe.execute_command("SET", *args), name)
+                done = self._waited(name, None, *args)
             else:
                 done = self._command("SET", *args)
         except redis.exceptions.RedisError as exc:
@@ -372,9 +391,7 @@ class RedisBackend(Backend):
         key, value, gen = self._new_value(name, data)
         try:
             if self._replicas:
-                done = self._waited(
-                    lambda pipe: self._put_if_match(keys=[key], args=[value, expected], client=pipe), name
-                )
+                done = self._waited(name, self._put_if_match, key, value, expected)
             else:
                 done = self._eval(self._put_if_match, key, value, expected)
         except redis.exceptions.RedisError as exc:
@@ -404,7 +421,7 @@ class RedisBackend(Backend):
         key, expected = self._delete_args(name, token)
         try:
             if self._replicas:
-                deleted = self._waited(lambda pipe: self._delete(keys=[key], args=[expected], client=pipe), name)
+                deleted = self._waited(name, self._delete, key, expected)
             else:
                 deleted = self._eval(self._delete, key, expected)
         except redis.exceptions.RedisError as exc:
@@ -694,27 +711,29 @@ class AsyncRedisBackend(AsyncBackend):
         except TimeoutError:  # the timer above (redis' own TimeoutError is a RedisError)
             raise redis.exceptions.TimeoutError(f"no reply within {self._timeout:g} s") from None
 
-    async def _eval(self, script: Any, key: str, *args: Any) -> Any:
-        try:
-            return await self._command("EVALSHA", script.sha, 1, key, *args)
-        except redis.exceptions.NoScriptError:  # the script never ran: loading it and running it again is safe
-            script.sha = await self.client.script_load(script.script)
-            return await self._command("EVALSHA", script.sha, 1, key, *args)
-
-    async def _write(self, name: str, what: str, queue: Callable[[Any], object], direct: Callable[[], Any]) -> Any:
-        """A write: `direct()`, or with replicas to wait for, `queue` on a pipeline plus WAIT (one round trip)."""
+    async def _write(self, name: str, what: str, script: Any, key: str, *args: Any) -> Any:
+        """A write (`script` on `key` and `args`, or with no script SET `key` `args`); with replicas
+        to wait for, on a pipeline with WAIT after it (one round trip)."""
         await self._checked()
+        run = self._command if not self.sync._replicas else self._pipelined
         try:
-            if not self.sync._replicas:
-                return await self._timed(direct)
-            pipe = self.client.pipeline(transaction=False)
-            queue(pipe)
-            pipe.wait(*self.sync._wait)
-            result, acked = await self._timed(pipe.execute)
+            try:
+                done = await self._timed(functools.partial(run, *_run(script, key, args)))
+            except redis.exceptions.NoScriptError:
+                done = await self._timed(functools.partial(run, *_run(script, key, args, text=True)))
         except redis.exceptions.RedisError as exc:
             raise _ERRORS.error(exc, what, name) from exc
+        if not self.sync._replicas:
+            return done
+        result, acked = done
         self.sync._check_acked(name, acked)
         return result
+
+    async def _pipelined(self, *command: Any) -> Any:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.execute_command(*command)
+        pipe.wait(*self.sync._wait)
+        return await pipe.execute()
 
     async def _read(self, call: Callable[[], Any], what: str, name: str) -> Any:
         await self._checked()
@@ -739,18 +758,11 @@ class AsyncRedisBackend(AsyncBackend):
         if if_match is not None:
             expected = sync._expected(name, if_match, if_absent)
             key, value, gen = sync._new_value(name, data)
-            done = await self._write(
-                name,
-                "save",
-                lambda pipe: self._put_if_match(keys=[key], args=[value, expected], client=pipe),
-                lambda: self._eval(self._put_if_match, key, value, expected),
-            )
+            done = await self._write(name, "save", self._put_if_match, key, value, expected)
             return sync._put_token(name, done is not None, gen, "changed since it was read")
         key, value, gen = sync._new_value(name, data)
         args = (key, value, "NX") if if_absent else (key, value)
-        done = await self._write(
-            name, "save", lambda pipe: pipe.execute_command("SET", *args), lambda: self._command("SET", *args)
-        )
+        done = await self._write(name, "save", None, *args)
         return sync._put_token(name, done, gen, "already exists")
 
     async def get(self, name: str) -> tuple[Data, Token] | None:
@@ -759,12 +771,7 @@ class AsyncRedisBackend(AsyncBackend):
 
     async def delete(self, name: str, token: Token) -> None:
         key, expected = self.sync._delete_args(name, token)
-        deleted = await self._write(
-            name,
-            "delete",
-            lambda pipe: self._delete(keys=[key], args=[expected], client=pipe),
-            lambda: self._eval(self._delete, key, expected),
-        )
+        deleted = await self._write(name, "delete", self._delete, key, expected)
         self.sync._deleted(name, token, deleted)
 
     async def _batches(self, prefix: str) -> AsyncIterator[list[str]]:
