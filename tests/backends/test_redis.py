@@ -215,9 +215,10 @@ def test_durability_check_tolerates_neither_config_nor_info(acl_user, fresh_pref
         backend.close()
 
 
-def test_documented_acl_is_enough(acl_user, fresh_prefix, unchecked, redis_url) -> None:
-    # The rules docs/backends/redis.md gives, with the prefix this test uses; the claim runs
-    # after a SCRIPT FLUSH, so the script goes by its source (EVAL) as after a server restart.
+def test_documented_acl_is_enough(acl_user, fresh_prefix, unchecked) -> None:
+    # The rules docs/backends/redis.md gives, with the prefix this test uses. The first claim's
+    # script SHA is one the server does not know, so it goes by its source (EVAL), as after a
+    # restart emptied the server's script cache.
     url = acl_user(
         f"~{fresh_prefix}*",
         "resetchannels",
@@ -237,15 +238,12 @@ def test_documented_acl_is_enough(acl_user, fresh_prefix, unchecked, redis_url) 
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DurabilityWarning)  # asserted in the tests above
-        store = _sealed_store(RedisBackend.from_url(url, prefix=fresh_prefix))
+        backend = RedisBackend.from_url(url, prefix=fresh_prefix)
+        store = _sealed_store(backend)
     try:
         store.save("k", make_envelope())
         assert [i.key for i in store.list()] == ["k"]
-        admin = _admin(redis_url)
-        try:
-            admin.script_flush()
-        finally:
-            admin.close()
+        backend._delete.sha = "0" * 40
         assert store.claim("k") is not None and store.claim("k") is None
     finally:
         store.close()
@@ -443,8 +441,9 @@ def test_if_absent_race_has_exactly_one_winner(open_backend) -> None:
     assert backends[0].get("i/race") == (b"%d" % i, token)
 
 
-def test_scripts_are_loaded_again_after_a_script_flush(open_backend, redis_url) -> None:
-    backend = open_backend()
+def test_scripts_are_loaded_again_after_a_script_flush(open_backend, own_redis) -> None:
+    redis_url = own_redis  # SCRIPT FLUSH is server-wide: the shared server's other users must not see it
+    backend = open_backend(url=redis_url)
     token = backend.put("i/k", b"v")
     admin = _admin(redis_url)
     try:
@@ -462,11 +461,13 @@ def _script_exists_calls(admin: Any) -> int:
 
 
 @pytest.mark.parametrize("waiting", [False, True], ids=["direct", "waited"])
-def test_every_write_runs_after_the_script_cache_is_emptied_sync_and_async(redis_url, fresh_prefix, waiting) -> None:
+def test_every_write_runs_after_the_script_cache_is_emptied_sync_and_async(own_redis, fresh_prefix, waiting) -> None:
     """A restart, a failover or SCRIPT FLUSH (another process's, at any moment) empties the
     server's script cache: each conditional write, on a pipeline with WAIT or alone, still runs
     once, by the script's source; a waited write asks no SCRIPT EXISTS of its own."""
     import asyncio
+
+    redis_url = own_redis  # SCRIPT FLUSH is server-wide: the shared server's other users must not see it
 
     options = {"prefix": fresh_prefix, "check_durability": False}
     if waiting:
@@ -517,6 +518,68 @@ def test_every_write_runs_after_the_script_cache_is_emptied_sync_and_async(redis
         sync_writes(backend, "i/sync")
         asyncio.run(async_writes("i/async"))
     finally:
+        backend.close()
+        plain.close()
+        admin.close()
+
+
+@pytest.mark.parametrize("waiting", [False, True], ids=["direct", "waited"])
+def test_deletes_in_one_pipeline_each_run_once_while_scripts_are_flushed(own_redis, fresh_prefix, waiting) -> None:
+    """Another client's SCRIPT FLUSH can fall between the commands of a pipeline of deletes (the
+    server reads a long pipeline in pieces): those answered NOSCRIPT go again by the script's
+    text, the others are not repeated (a repeat would find the frame gone and report it kept)."""
+    import asyncio
+
+    redis_url = own_redis  # SCRIPT FLUSH is server-wide: the shared server's other users must not see it
+
+    options: dict[str, Any] = {"prefix": fresh_prefix, "check_durability": False}
+    if waiting:
+        options.update(wait_replicas=1, wait_timeout=1)
+    plain = RedisBackend.from_url(redis_url, prefix=fresh_prefix, check_durability=False)
+    backend = RedisBackend.from_url(redis_url, **options)
+    admin = _admin(redis_url)
+    flushing, stop = threading.Event(), threading.Event()
+
+    def flush() -> None:
+        flusher = _admin(redis_url)
+        try:
+            while not stop.is_set():
+                if flushing.wait(0.01):
+                    flusher.script_flush()
+        finally:
+            flusher.close()
+
+    async def deleted_async(items: list[tuple[str, berth.Token]]) -> list[bool]:
+        abackend = AsyncRedisBackend.from_url(redis_url, **options)
+        try:
+            return await abackend.delete_many(items)
+        finally:
+            await abackend.aclose()
+
+    def delete_all(round_: int, call: Callable[[list[tuple[str, berth.Token]]], list[bool]]) -> None:
+        items = [(name, plain.put(name, b"v")) for name in (f"i/{round_}/{n:04d}" for n in range(1000))]
+        admin.script_load(redis_backend._DELETE)  # cached as the pipeline starts; flushed while it runs
+        flushing.set()
+        try:
+            if waiting:  # no replica here: the deletes happen, then the missing ack is reported
+                with pytest.raises(berth.BackendError, match="replicas"):
+                    call(items)
+            else:
+                assert call(items) == [True] * len(items)
+        finally:
+            flushing.clear()
+        assert [name for name, _ in items if plain.get(name) is not None] == []
+
+    thread = threading.Thread(target=flush, daemon=True)
+    thread.start()
+    try:
+        for round_ in range(4):
+            delete_all(round_, backend.delete_many)
+        for round_ in range(4, 8):
+            delete_all(round_, lambda items: asyncio.run(deleted_async(items)))
+    finally:
+        stop.set()
+        thread.join()
         backend.close()
         plain.close()
         admin.close()

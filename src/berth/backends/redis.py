@@ -8,8 +8,8 @@ Every write draws a fresh random 62-bit generation, so a generation never repeat
 for a name, not even after a delete and re-create, and a save is one SET (no
 shared counter to write). A save is a plain `SET` (`SET ... NX` when it must
 not exist yet); a save conditional on a generation, and the conditional delete,
-are Lua scripts (EVALSHA; EVAL when the server's script cache is empty) that compare the stored generation and act in one
-atomic step. Listing walks the keyspace with `SCAN ... MATCH` (never
+are Lua scripts (EVALSHA; EVAL when the server's script cache is empty) that
+compare the stored generation and act in one atomic step. Listing walks the keyspace with `SCAN ... MATCH` (never
 `KEYS`) and reads only each frame's first bytes (`GETRANGE`). The prefix is one
 run of `A-Z a-z 0-9 . _ -` ending in `:`, so no two prefixes' keys can meet.
 
@@ -138,6 +138,44 @@ def _run(script: Any, key: str, args: tuple[Any, ...], *, text: bool = False) ->
     if script is None:
         return ("SET", key, *args)
     return ("EVAL", script.script, 1, key, *args) if text else ("EVALSHA", script.sha, 1, key, *args)
+
+
+_Write = tuple[Any, str, tuple[Any, ...]]
+"""A write on a pipeline: (registered Script, or None for SET; key; arguments)."""
+
+
+def _queue(pipe: Any, writes: Sequence[_Write], text: bool, wait: tuple[int, int] | None) -> None:
+    # Each command goes on the pipeline as it is: a Script on a pipeline would add a round trip
+    # of SCRIPT EXISTS to every execute (and a SCRIPT FLUSH can still fall after it).
+    for script, key, args in writes:
+        pipe.execute_command(*_run(script, key, args, text=text))
+    if wait is not None:
+        pipe.wait(*wait)
+
+
+def _settle(replies: list[Any], waited: int) -> tuple[list[Any], int]:
+    """A pipeline's replies without its WAIT's, and how many replicas that acknowledged (0 if none waited)."""
+    if not waited:
+        return replies, 0
+    acked = replies.pop()
+    if isinstance(acked, Exception):
+        raise acked
+    return replies, int(acked)
+
+
+def _noscript(replies: list[Any]) -> list[int]:
+    return [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
+
+
+def _merge(replies: list[Any], at: list[int], redone: list[Any]) -> None:
+    for i, reply in zip(at, redone, strict=True):
+        replies[i] = reply
+
+
+def _raise_first(replies: list[Any]) -> None:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
 
 
 def _gen_text(value: int) -> bytes:
@@ -308,20 +346,29 @@ class RedisBackend(Backend):
     def _waited(self, name: str, script: Any, key: str, *args: Any) -> Any:
         """Run the write (`script` on `key` and `args`, or with no script SET `key` `args`), then
         `WAIT` for the replicas, in one round trip."""
-        try:
-            result, acked = self._pipelined(_run(script, key, args))
-        except redis.exceptions.NoScriptError:
-            result, acked = self._pipelined(_run(script, key, args, text=True))
-        self._check_acked(name, acked)
-        return result
+        return self._writes([(script, key, args)], name)[0]
 
-    def _pipelined(self, command: tuple[Any, ...]) -> Any:
-        # The command goes on the pipeline as it is (a Script on a pipeline would add a round
-        # trip of SCRIPT EXISTS to every execute, and race a SCRIPT FLUSH in between).
+    def _writes(self, writes: Sequence[_Write], name: str) -> list[Any]:
+        """The replies of `writes`, run on one pipeline (WAIT for the replicas after them when asked).
+
+        Those answered NOSCRIPT did not run: they go again by their scripts' text, on a second
+        pipeline (a SCRIPT FLUSH of another client can fall between two commands of a pipeline,
+        so only those, never the whole pipeline again)."""
+        replies, acked = _settle(self._round(writes, text=False), self._replicas)
+        again = _noscript(replies)
+        if again:
+            redone, more = _settle(self._round([writes[i] for i in again], text=True), self._replicas)
+            _merge(replies, again, redone)
+            acked = min(acked, more)
+        _raise_first(replies)
+        if self._replicas:
+            self._check_acked(name, acked)
+        return replies
+
+    def _round(self, writes: Sequence[_Write], *, text: bool) -> list[Any]:
         pipe: Any = self.client.pipeline(transaction=False)
-        pipe.execute_command(*command)
-        pipe.wait(*self._wait)
-        return pipe.execute()
+        _queue(pipe, writes, text, self._wait if self._replicas else None)
+        return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     def _check_acked(self, name: str, acked: Any) -> None:
         replicas, timeout = self._wait
@@ -583,30 +630,26 @@ class RedisBackend(Backend):
 
     def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
         """Delete each name still at its token: one pipeline of compare-and-delete scripts (one round trip)."""
-        pipe = self.client.pipeline(transaction=False)
-        first = self._queue_deletes(pipe, items)
+        writes, first = self._delete_writes(items)
         if first is None:
             return [False] * len(items)
         try:
-            results = pipe.execute()
+            results = self._writes(writes, first)
         except redis.exceptions.RedisError as exc:
             raise _ERRORS.error(exc, "delete", first) from exc
-        return self._deleted_many(items, results, first)
+        return self._deleted_many(items, results)
 
-    def _queue_deletes(self, pipe: Any, items: Sequence[tuple[str, Token]]) -> str | None:
-        """Queue a compare-and-delete per valid item (and a WAIT); the first name queued, or None."""
+    def _delete_writes(self, items: Sequence[tuple[str, Token]]) -> tuple[list[_Write], str | None]:
+        """A compare-and-delete per item with a token of this backend, and the first one's name (or None)."""
+        writes: list[_Write] = []
         first = None
         for name, token in items:
             if self._is_gen(token):
                 first = first or name
-                self._delete(keys=[self._frames + name], args=[_gen_text(int(token.value))], client=pipe)
-        if first is not None and self._replicas:
-            pipe.wait(*self._wait)
-        return first
+                writes.append((self._delete, self._frames + name, (_gen_text(int(token.value)),)))
+        return writes, first
 
-    def _deleted_many(self, items: Sequence[tuple[str, Token]], results: list[Any], first: str) -> list[bool]:
-        if self._replicas:
-            self._check_acked(first, results[-1])
+    def _deleted_many(self, items: Sequence[tuple[str, Token]], results: list[Any]) -> list[bool]:
         hits = iter(results)
         return [bool(next(hits)) if self._is_gen(token) else False for _, token in items]
 
@@ -715,25 +758,34 @@ class AsyncRedisBackend(AsyncBackend):
         """A write (`script` on `key` and `args`, or with no script SET `key` `args`); with replicas
         to wait for, on a pipeline with WAIT after it (one round trip)."""
         await self._checked()
-        run = self._command if not self.sync._replicas else self._pipelined
         try:
+            if self.sync._replicas:
+                return (await self._timed(functools.partial(self._writes, [(script, key, args)], name)))[0]
             try:
-                done = await self._timed(functools.partial(run, *_run(script, key, args)))
-            except redis.exceptions.NoScriptError:
-                done = await self._timed(functools.partial(run, *_run(script, key, args, text=True)))
+                return await self._timed(functools.partial(self._command, *_run(script, key, args)))
+            except redis.exceptions.NoScriptError:  # the script did not run: by its text (see `_run`)
+                return await self._timed(functools.partial(self._command, *_run(script, key, args, text=True)))
         except redis.exceptions.RedisError as exc:
             raise _ERRORS.error(exc, what, name) from exc
-        if not self.sync._replicas:
-            return done
-        result, acked = done
-        self.sync._check_acked(name, acked)
-        return result
 
-    async def _pipelined(self, *command: Any) -> Any:
+    async def _writes(self, writes: Sequence[_Write], name: str) -> list[Any]:
+        """RedisBackend._writes, on redis.asyncio."""
+        replicas = self.sync._replicas
+        replies, acked = _settle(await self._round(writes, text=False), replicas)
+        again = _noscript(replies)
+        if again:
+            redone, more = _settle(await self._round([writes[i] for i in again], text=True), replicas)
+            _merge(replies, again, redone)
+            acked = min(acked, more)
+        _raise_first(replies)
+        if replicas:
+            self.sync._check_acked(name, acked)
+        return replies
+
+    async def _round(self, writes: Sequence[_Write], *, text: bool) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
-        pipe.execute_command(*command)
-        pipe.wait(*self.sync._wait)
-        return await pipe.execute()
+        _queue(pipe, writes, text, self.sync._wait if self.sync._replicas else None)
+        return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     async def _read(self, call: Callable[[], Any], what: str, name: str) -> Any:
         await self._checked()
@@ -848,15 +900,14 @@ class AsyncRedisBackend(AsyncBackend):
 
     async def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
         await self._checked()
-        pipe = self.client.pipeline(transaction=False)
-        first = self.sync._queue_deletes(pipe, items)
+        writes, first = self.sync._delete_writes(items)
         if first is None:
             return [False] * len(items)
         try:
-            results = await self._timed(pipe.execute)
+            results = await self._timed(functools.partial(self._writes, writes, first))
         except redis.exceptions.RedisError as exc:
             raise _ERRORS.error(exc, "delete", first) from exc
-        return self.sync._deleted_many(items, results, first)
+        return self.sync._deleted_many(items, results)
 
     async def aclose(self) -> None:
         await self.client.aclose()
