@@ -27,7 +27,7 @@ from types import MappingProxyType
 
 import msgspec
 
-from berth._envelope import Envelope, PendingCall
+from berth._envelope import CALL_SETTERS, ENVELOPE_SETTERS, Envelope, PendingCall
 from berth._errors import BerthError, EnvelopeTooLarge, FormatError, IntegrityError, InvalidEnvelope, where
 from berth._sealer import LARGE_FRAME, PartsSealer, Sealer
 
@@ -275,11 +275,6 @@ def _call(c: _WireCall) -> PendingCall:
     return call
 
 
-def _setter(cls: type, name: str) -> Callable[[object, object], None]:
-    setter: Callable[[object, object], None] = cls.__dict__[name].__set__
-    return setter
-
-
 _NULL = msgspec.Raw(b"null")
 _new_envelope, _new_call = Envelope.__new__, PendingCall.__new__
 (
@@ -299,7 +294,7 @@ _new_envelope, _new_call = Envelope.__new__, PendingCall.__new__
     _set_created_at,
     _set_labels,
 ) = (
-    _setter(Envelope, name)
+    ENVELOPE_SETTERS[name]
     for name in (
         "version",
         "provider",
@@ -318,7 +313,7 @@ _new_envelope, _new_call = Envelope.__new__, PendingCall.__new__
         "labels",
     )
 )
-_set_call_id, _set_call_name, _set_call_input = (_setter(PendingCall, name) for name in ("id", "name", "input"))
+_set_call_id, _set_call_name, _set_call_input = (CALL_SETTERS[name] for name in ("id", "name", "input"))
 
 
 # --- whole frames ------------------------------------------------------------------------------
