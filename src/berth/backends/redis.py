@@ -9,9 +9,10 @@ for a name, not even after a delete and re-create, and a save is one SET (no
 shared counter to write). A save is a plain `SET` (`SET ... NX` when it must
 not exist yet); a save conditional on a generation, and the conditional delete,
 are Lua scripts (EVALSHA; EVAL when the server's script cache is empty) that
-compare the stored generation and act in one atomic step. Listing walks the keyspace with `SCAN ... MATCH` (never
-`KEYS`) and reads only each frame's first bytes (`GETRANGE`). The prefix is one
-run of `A-Z a-z 0-9 . _ -` ending in `:`, so no two prefixes' keys can meet.
+compare the stored generation and act in one atomic step. Listing walks the
+keyspace with `SCAN ... MATCH` (never `KEYS`) and reads only each frame's first
+bytes (`GETRANGE`). The prefix is one run of `A-Z a-z 0-9 . _ -` ending in `:`,
+so no two prefixes' keys can meet.
 
 Redis acknowledges writes before they are on disk; unless the server runs with
 an append-only file, an acknowledged save or claim can be undone by a restart.
@@ -43,7 +44,9 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from berth import _plan
 from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
+from berth._plan import Plan, call
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
@@ -128,7 +131,7 @@ def _caller_level() -> int:
     return level
 
 
-def _run(script: Any, key: str, args: tuple[Any, ...], *, text: bool = False) -> tuple[Any, ...]:
+def _command_of(script: Any, key: str, args: tuple[Any, ...], *, text: bool = False) -> tuple[Any, ...]:
     """The command of a write: `script` (a registered Script) on `key` and `args` by its SHA, or
     with `text` by its source; with no script, SET `key` `args`.
 
@@ -148,7 +151,7 @@ def _queue(pipe: Any, writes: Sequence[_Write], text: bool, wait: tuple[int, int
     # Each command goes on the pipeline as it is: a Script on a pipeline would add a round trip
     # of SCRIPT EXISTS to every execute (and a SCRIPT FLUSH can still fall after it).
     for script, key, args in writes:
-        pipe.execute_command(*_run(script, key, args, text=text))
+        pipe.execute_command(*_command_of(script, key, args, text=text))
     if wait is not None:
         pipe.wait(*wait)
 
@@ -161,21 +164,6 @@ def _settle(replies: list[Any], waited: int) -> tuple[list[Any], int]:
     if isinstance(acked, Exception):
         raise acked
     return replies, int(acked)
-
-
-def _noscript(replies: list[Any]) -> list[int]:
-    return [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
-
-
-def _merge(replies: list[Any], at: list[int], redone: list[Any]) -> None:
-    for i, reply in zip(at, redone, strict=True):
-        replies[i] = reply
-
-
-def _raise_first(replies: list[Any]) -> None:
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
 
 
 def _gen_text(value: int) -> bytes:
@@ -341,7 +329,7 @@ class RedisBackend(Backend):
         try:
             return self._command("EVALSHA", script.sha, 1, key, *args)
         except redis.exceptions.NoScriptError:
-            return self._command(*_run(script, key, args, text=True))
+            return self._command(*_command_of(script, key, args, text=True))
 
     def _waited(self, name: str, script: Any, key: str, *args: Any) -> Any:
         """Run the write (`script` on `key` and `args`, or with no script SET `key` `args`), then
@@ -349,23 +337,33 @@ class RedisBackend(Backend):
         return self._writes([(script, key, args)], name)[0]
 
     def _writes(self, writes: Sequence[_Write], name: str) -> list[Any]:
-        """The replies of `writes`, run on one pipeline (WAIT for the replicas after them when asked).
+        """The replies of `writes`, run on one pipeline (WAIT for the replicas after them when asked)."""
+        return _plan.run(self._writes_plan(writes, name), {"io": self})
+
+    def _writes_plan(self, writes: Sequence[_Write], name: str) -> Plan[list[Any]]:
+        """`_writes`, for the sync and the async backend alike (a step per pipeline: `pipeline_round`).
 
         Those answered NOSCRIPT did not run: they go again by their scripts' text, on a second
         pipeline (a SCRIPT FLUSH of another client can fall between two commands of a pipeline,
         so only those, never the whole pipeline again)."""
-        replies, acked = _settle(self._round(writes, text=False), self._replicas)
-        again = _noscript(replies)
+        replies, acked = _settle((yield call("io", "pipeline_round", writes, text=False)), self._replicas)
+        again = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
         if again:
-            redone, more = _settle(self._round([writes[i] for i in again], text=True), self._replicas)
-            _merge(replies, again, redone)
+            redone = yield call("io", "pipeline_round", [writes[i] for i in again], text=True)
+            redone, more = _settle(redone, self._replicas)
+            for i, reply in zip(again, redone, strict=True):
+                replies[i] = reply
             acked = min(acked, more)
-        _raise_first(replies)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
         if self._replicas:
             self._check_acked(name, acked)
         return replies
 
-    def _round(self, writes: Sequence[_Write], *, text: bool) -> list[Any]:
+    def pipeline_round(self, writes: Sequence[_Write], *, text: bool) -> list[Any]:
+        """One round trip of `_writes_plan`: `writes` on a pipeline (by SHA, or by `text`), WAIT after
+        them when replicas are asked for; every reply, an error as its exception (nothing raised)."""
         pipe: Any = self.client.pipeline(transaction=False)
         _queue(pipe, writes, text, self._wait if self._replicas else None)
         return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
@@ -762,27 +760,18 @@ class AsyncRedisBackend(AsyncBackend):
             if self.sync._replicas:
                 return (await self._timed(functools.partial(self._writes, [(script, key, args)], name)))[0]
             try:
-                return await self._timed(functools.partial(self._command, *_run(script, key, args)))
-            except redis.exceptions.NoScriptError:  # the script did not run: by its text (see `_run`)
-                return await self._timed(functools.partial(self._command, *_run(script, key, args, text=True)))
+                return await self._timed(functools.partial(self._command, *_command_of(script, key, args)))
+            except redis.exceptions.NoScriptError:  # the script did not run: by its text (see `_command_of`)
+                return await self._timed(functools.partial(self._command, *_command_of(script, key, args, text=True)))
         except redis.exceptions.RedisError as exc:
             raise _ERRORS.error(exc, what, name) from exc
 
     async def _writes(self, writes: Sequence[_Write], name: str) -> list[Any]:
         """RedisBackend._writes, on redis.asyncio."""
-        replicas = self.sync._replicas
-        replies, acked = _settle(await self._round(writes, text=False), replicas)
-        again = _noscript(replies)
-        if again:
-            redone, more = _settle(await self._round([writes[i] for i in again], text=True), replicas)
-            _merge(replies, again, redone)
-            acked = min(acked, more)
-        _raise_first(replies)
-        if replicas:
-            self.sync._check_acked(name, acked)
-        return replies
+        return await _plan.arun(self.sync._writes_plan(writes, name), {"io": self})
 
-    async def _round(self, writes: Sequence[_Write], *, text: bool) -> list[Any]:
+    async def pipeline_round(self, writes: Sequence[_Write], *, text: bool) -> list[Any]:
+        """RedisBackend.pipeline_round, on redis.asyncio."""
         pipe = self.client.pipeline(transaction=False)
         _queue(pipe, writes, text, self.sync._wait if self.sync._replicas else None)
         return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
