@@ -28,8 +28,8 @@ from berth._serve import Auth, Source, build_app  # noqa: E402
 
 IDENTITY = "pr-bot"
 OTHER = "support"
-ALICE = "alice-" + secrets.token_urlsafe(16)
-BOB = "bob-" + secrets.token_urlsafe(16)
+ALICE = "alice-" + secrets.token_urlsafe(32)
+BOB = "bob-" + secrets.token_urlsafe(32)
 TOKENS = f"alice:{ALICE},bob:{BOB}"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import secrets
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,14 +29,42 @@ def csrf_of(html: str) -> str:
 # --- configuration ---------------------------------------------------------------------------
 
 
+A = secrets.token_urlsafe(32)
+B = secrets.token_urlsafe(32)
+
+
 def test_tokens_name_people() -> None:
-    assert parse_tokens("alice:" + "a" * 20 + ", bob:" + "b" * 20) == {"a" * 20: "alice", "b" * 20: "bob"}
-    assert parse_tokens("t" * 16) == {"t" * 16: "token-holder"}
+    assert parse_tokens(f"alice:{A}, bob:{B}") == {A: "alice", B: "bob"}
+    assert parse_tokens(A) == {A: "token-holder"}
     assert parse_tokens(None) == {} and parse_tokens("  ") == {}
-    with pytest.raises(AuthError, match="shorter than 16"):
-        parse_tokens("alice:short")
     with pytest.raises(AuthError, match="both 'alice' and 'bob'"):
-        parse_tokens("alice:" + "x" * 20 + ",bob:" + "x" * 20)
+        parse_tokens(f"alice:{A},bob:{A}")
+
+
+@pytest.mark.parametrize(
+    ("token", "why"),
+    [
+        ("tiny-1", "shorter than 32"),
+        ("t" * 16, "shorter than 32"),
+        ("Ab3" + "x" * 13, "shorter than 32"),  # 16 characters: accepted before
+        ("a" * 40, "fewer than 8 different"),
+        ("ab" * 20, "fewer than 8 different"),
+        ("password" * 4, "fewer than 8 different"),
+        ("0123456789abcdef" * 2, "repeats a shorter piece"),
+    ],
+)
+def test_weak_tokens_are_refused_with_how_to_make_one(token: str, why: str) -> None:
+    with pytest.raises(AuthError, match=why) as refused:
+        parse_tokens("alice:" + token)
+    message = str(refused.value)
+    assert "'alice'" in message and "secrets.token_urlsafe(32)" in message and token not in message
+    assert "\n" not in message
+
+
+def test_random_tokens_of_the_documented_recipes_are_accepted() -> None:
+    for _ in range(200):
+        for token in (secrets.token_urlsafe(32), secrets.token_hex(16), secrets.token_hex(24)):
+            assert parse_tokens(token) == {token: "token-holder"}
 
 
 @pytest.mark.parametrize(
@@ -50,7 +79,7 @@ def test_loopback(host: str, loopback: bool) -> None:
     else:
         with pytest.raises(AuthError, match="refusing to serve"):
             auth.check_bind(host)
-    Auth(tokens=parse_tokens("t" * 16)).check_bind(host)
+    Auth(tokens=parse_tokens(A)).check_bind(host)
     Auth(trusted_header="X-Forwarded-User").check_bind(host)
 
 
@@ -66,7 +95,7 @@ def test_the_command_refuses_to_serve_off_loopback_without_authentication(
     assert "BERTH_SERVE_TOKEN" in lines[0] and "Traceback" not in result.output
     monkeypatch.setenv("BERTH_SERVE_TOKEN", "short")
     short = CliRunner().invoke(cli, ["serve"])
-    assert short.exit_code == 2 and "shorter than 16" in short.output
+    assert short.exit_code == 2 and "shorter than 32" in short.output and "token_urlsafe" in short.output
 
 
 def test_the_command_says_in_one_line_when_its_port_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

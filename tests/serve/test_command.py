@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -29,7 +30,8 @@ def test_serve_answers_audits_and_stops_gracefully_on_sigterm(tmp_path: Path) ->
         berth.Coordinator(store, qs).suspend("deploy/7", env, question="Roll out to EU?")
         question = qs.pending("deploy/7")
     assert question is not None
-    token = "carol:" + "c" * 24
+    secret = secrets.token_urlsafe(32)
+    token = "carol:" + secret
     port = free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")} | {
         "BERTH_URL": url,
@@ -47,7 +49,7 @@ def test_serve_answers_audits_and_stops_gracefully_on_sigterm(tmp_path: Path) ->
     try:
         base = f"http://127.0.0.1:{port}"
         assert wait_http(base + "/health"), "berth serve did not start"
-        auth = {"Authorization": "Bearer " + "c" * 24}
+        auth = {"Authorization": "Bearer " + secret}
         listed = httpx.get(base + "/api/questions", headers=auth).json()
         assert [(d["identity"], d["key"], d["prompt"]) for d in listed] == [("ops", "deploy/7", "Roll out to EU?")]
         r = httpx.post(

@@ -36,7 +36,9 @@ SESSION_COOKIE = "berth_session"
 CSRF_COOKIE = "berth_csrf"
 SESSION_SECONDS = 12 * 3600
 BARE_TOKEN_PERSON = "token-holder"
-_MIN_TOKEN = 16
+_MIN_TOKEN = 32
+_MIN_TOKEN_CHARS = 8
+_MAKE_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 
 class AuthError(ValueError):
@@ -67,15 +69,24 @@ def parse_tokens(raw: str | None) -> dict[str, str]:
         person = person.strip()
         if not person or not person.isprintable():
             raise AuthError("BERTH_SERVE_TOKEN: every `person:token` pair needs a printable person name")
-        if len(token) < _MIN_TOKEN:
-            raise AuthError(
-                f"BERTH_SERVE_TOKEN: the token for {person!r} is shorter than {_MIN_TOKEN} characters "
-                "(make one with: python -c 'import secrets; print(secrets.token_urlsafe())')"
-            )
+        weak = _weakness(token)
+        if weak:
+            raise AuthError(f"BERTH_SERVE_TOKEN: the token for {person!r} {weak}: make a random one with {_MAKE_TOKEN}")
         if token in tokens:
             raise AuthError(f"BERTH_SERVE_TOKEN: one token is given for both {tokens[token]!r} and {person!r}")
         tokens[token] = person
     return tokens
+
+
+def _weakness(token: str) -> str | None:
+    """Why `token` is too weak to guard the inbox, or None: too short, too few distinct characters, a repeat."""
+    if len(token) < _MIN_TOKEN:
+        return f"is shorter than {_MIN_TOKEN} characters"
+    if len(set(token)) < _MIN_TOKEN_CHARS:
+        return f"has fewer than {_MIN_TOKEN_CHARS} different characters"
+    if token in (token + token)[1:-1]:  # a shorter piece repeated
+        return "repeats a shorter piece"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
