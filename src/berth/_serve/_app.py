@@ -3,13 +3,16 @@
 Every store call is blocking and runs in Starlette's thread pool. Every response
 carries security headers: a Content-Security-Policy that allows only this
 origin's own scripts and styles (no inline code anywhere), no framing, no
-referrer, no sniffing; pages are not cached.
+referrer, no sniffing; nothing but the static files is stored by a cache
+(`Cache-Control: no-store`: pages, the API and /metrics carry prompts).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -64,9 +67,13 @@ class _SecurityHeaders:
             await self.app(scope, receive, send)
             return
 
+        cached = scope["path"].startswith("/static/")
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = [h for h in message.get("headers", []) if h[0] not in {k for k, _ in SECURITY_HEADERS}]
+                if not cached:
+                    headers = [h for h in headers if h[0] != b"cache-control"] + [(b"cache-control", b"no-store")]
                 message["headers"] = headers + SECURITY_HEADERS
             await send(message)
 
@@ -111,6 +118,10 @@ def create_app(
         secure_cookies: mark cookies Secure; None marks them when the request came over https.
     """
     env = _templates()
+    notice_key = secrets.token_bytes(32)  # signs the "answered" notice's key: no link can put other text there
+
+    def done_mac(person: str, key: str) -> str:
+        return hmac.new(notice_key, f"{person}\0{key}".encode(), hashlib.sha256).hexdigest()[:32]
 
     # --- who is asking ---------------------------------------------------------------------
 
@@ -171,7 +182,7 @@ def create_app(
 
     def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = env.get_template(name).render(**context)
-        return HTMLResponse(html, status_code=status, headers={"cache-control": "no-store"})
+        return HTMLResponse(html, status_code=status)
 
     # --- the page --------------------------------------------------------------------------
 
@@ -219,7 +230,7 @@ def create_app(
         context = await page_context(request, person, csrf)
         done = request.query_params.get("done")
         context["notice"] = None
-        if done:
+        if done and same_token(request.query_params.get("mac"), done_mac(person, done)):
             context["notice"] = {"kind": "ok", "text": f"Answered {done} as {person}.", "card": None}
         return with_csrf_cookie(request, render("inbox.html", **context), csrf)
 
@@ -233,9 +244,9 @@ def create_app(
         fingerprint = repr((person, context["csrf"], page.total, page.offset, page.limit, shown, counts))
         etag = '"' + hashlib.sha256(fingerprint.encode()).hexdigest()[:32] + '"'
         if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers={"etag": etag, "cache-control": "no-cache"})
+            return Response(status_code=304, headers={"etag": etag})
         html = env.get_template("_live.html").render(**context)
-        return HTMLResponse(html, headers={"etag": etag, "cache-control": "no-cache"})
+        return HTMLResponse(html, headers={"etag": etag})
 
     async def answer_form(request: Request) -> Response:
         person, known = page_person(request)
@@ -277,7 +288,7 @@ def create_app(
             except berth.InvalidKey as exc:
                 raise _Http(400, str(exc)) from exc
             else:
-                target = "/?" + urlencode([*_parse_back(back), ("done", f"{key}")])
+                target = "/?" + urlencode([*_parse_back(back), ("done", key), ("mac", done_mac(person, key))])
                 return RedirectResponse(target + "#" + views.card_id(identity, key), status_code=303)
         context = await page_context(request, person, csrf)
         context["notice"] = {"kind": "error", "text": error, "card": fresh}
@@ -351,6 +362,11 @@ def create_app(
         missing = [f for f in ("key", "question_id", "text") if not isinstance(doc.get(f), str)]
         if missing:
             raise _Http(400, f"missing or not a string: {', '.join(missing)}")
+        if doc.get("identity") is not None and not isinstance(doc["identity"], str):
+            raise _Http(400, "identity is not a string")
+        broken = _not_unicode(doc)
+        if broken:
+            raise _Http(400, f"{broken} is not valid Unicode text (a lone surrogate)")
         identity = doc.get("identity") or inbox.identities[0]
         if identity not in inbox.sources:
             raise _Http(404, f"this inbox does not serve identity {identity!r}")
@@ -445,7 +461,28 @@ def create_app(
 
 
 def _plain(status: int, message: str) -> Response:
-    return PlainTextResponse(message + "\n", status_code=status, headers={"cache-control": "no-store"})
+    return PlainTextResponse(message + "\n", status_code=status)
+
+
+def _not_unicode(value: object, name: str = "the body") -> str | None:
+    """The name of the first string in a JSON document that cannot be UTF-8 (a lone surrogate), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return name
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            field = f"{name}[{str(k)[:40]!r}]" if name != "the body" else str(k)[:40]
+            found = _not_unicode(k, "a field name") or _not_unicode(v, field)
+            if found:
+                return found
+    elif isinstance(value, list):
+        for n, v in enumerate(value):
+            found = _not_unicode(v, f"{name}[{n}]")
+            if found:
+                return found
+    return None
 
 
 def _local(target: object) -> str:
