@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-import httpx
+import asyncio
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
-from tests.serve.conftest import ALICE, IDENTITY, Park, Server, bearer
+import httpx
+import pytest
+
+import berth
+from berth._serve import Auth, Source, build_app, parse_tokens
+from tests.serve.conftest import ALICE, IDENTITY, TOKENS, Park, Server, bearer
 from tests.serve.test_auth import csrf_of, logged_in
 
 # --- nothing that carries a prompt is stored by a cache -------------------------------------------
@@ -83,3 +92,95 @@ def test_malformed_fields_are_400_not_a_server_error(inbox: Server, park: Park) 
     pair = b'{"key": "%s", "question_id": "%s", "text": "\\ud83d\\ude00"}' % (key.encode(), q.id.encode())
     fine = post_raw(inbox, pair)
     assert fine.status_code == 201 and fine.json()["text"] == "\U0001f600"  # a surrogate pair is one character
+
+
+# --- request bodies are bounded before they are read -------------------------------------------------
+
+CHUNK = 64 << 10
+
+
+class Body:
+    """An ASGI `receive` that offers `total` bytes of `fill` in 64 KiB chunks and counts what was read."""
+
+    def __init__(self, total: int, fill: bytes = b"a") -> None:
+        self.total = total
+        self.fill = fill
+        self.read = 0
+
+    async def __call__(self) -> dict[str, Any]:
+        if self.read >= self.total:
+            return {"type": "http.disconnect"}
+        self.read += CHUNK
+        return {"type": "http.request", "body": self.fill * CHUNK, "more_body": self.read < self.total}
+
+
+def call(app: Any, path: str, headers: dict[str, str], body: Body) -> int:
+    """Run one POST through the ASGI app; the response's status."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8470),
+    }
+    status: list[int] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+
+    asyncio.run(app(scope, body, send))
+    return status[0]
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[Any]:
+    url = f"sqlite://{tmp_path}/bodies.db"
+    source = Source(
+        IDENTITY,
+        berth.open_store(url, identity=IDENTITY, sealer=berth.PlaintextSealer()),
+        berth.open_questions(url, identity=IDENTITY, sealer=berth.PlaintextSealer()),
+    )
+    yield build_app([source], Auth(tokens=parse_tokens(TOKENS)), max_age=0)
+    source.store.close()
+    source.questions.close()
+
+
+BIG = 32 << 20
+FORM = {"content-type": "application/x-www-form-urlencoded", "cookie": "berth_csrf=c" + "x" * 30}
+JSON = {"content-type": "application/json", "authorization": f"Bearer {ALICE}"}
+
+
+@pytest.mark.parametrize(("path", "headers", "bound"), [("/login", FORM, 16 << 10), ("/api/answers", JSON, 1 << 20)])
+def test_a_body_is_never_read_past_its_bound(app: Any, path: str, headers: dict[str, str], bound: int) -> None:
+    streamed = Body(BIG, b" " if path.startswith("/api") else b"a")  # no Content-Length: counted as it comes
+    assert call(app, path, headers, streamed) == 413
+    assert streamed.read <= bound + CHUNK
+    declared = Body(BIG)
+    assert call(app, path, {**headers, "content-length": str(BIG)}, declared) == 413
+    assert declared.read == 0  # refused by its Content-Length before reading any of it
+
+
+def test_a_login_without_its_csrf_cookie_is_refused_before_its_body_is_read(app: Any) -> None:
+    body = Body(8 << 10)
+    assert call(app, "/login", {"content-type": "application/x-www-form-urlencoded"}, body) == 403
+    assert body.read == 0
+
+
+def test_an_oversized_request_is_answered_at_once_without_sending_its_body(inbox: Server) -> None:
+    host, port = inbox.url.removeprefix("http://").split(":")
+    for path, headers in (
+        ("/login", "Content-Type: application/x-www-form-urlencoded\r\nCookie: berth_csrf=abc\r\n"),
+        ("/api/answers", f"Content-Type: application/json\r\nAuthorization: Bearer {ALICE}\r\n"),
+    ):
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}"
+            s.sendall((head + f"Content-Length: {200 << 20}\r\n\r\n").encode())
+            assert s.recv(4096).startswith(b"HTTP/1.1 413 "), path  # the 200 MiB were never sent

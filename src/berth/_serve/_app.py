@@ -52,6 +52,9 @@ SECURITY_HEADERS = [
 MAX_LIMIT_PAGE = 100
 MAX_LIMIT_API = 1000
 MAX_ANSWER_CHARS = 65536
+MAX_BODY = 1 << 20  # an answer of MAX_ANSWER_CHARS, form-encoded or JSON-escaped, fits
+MAX_SMALL_BODY = 16 << 10  # the login and logout forms
+SMALL_BODIES = ("/login", "/logout")
 
 log = logging.getLogger("berth.serve")
 
@@ -78,6 +81,39 @@ class _SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class _BodyLimit:
+    """ASGI middleware that stops reading a request body past its bound: before reading it, by Content-Length.
+
+    The 413 is raised from `receive` inside the handler that reads the body, so it is answered like
+    every other error; nothing past the bound is ever read, let alone parsed.
+    """
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = MAX_SMALL_BODY if scope["path"] in SMALL_BODIES else MAX_BODY
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"0")
+        too_large = _Http(413, f"the request body is larger than {limit} bytes")
+        stated = int(declared) if declared.isdigit() else 0  # the server refuses a malformed one
+        read = 0
+
+        async def bounded() -> Message:
+            nonlocal read
+            if stated > limit:
+                raise too_large
+            message = await receive()
+            read += len(message.get("body", b""))
+            if read > limit:
+                raise too_large
+            return message
+
+        await self.app(scope, bounded, send)
 
 
 class _LogIn(Exception):
@@ -175,6 +211,8 @@ def create_app(
         return known or request.cookies.get(CSRF_COOKIE) or new_csrf()
 
     async def form_checked(request: Request, csrf: str) -> Any:
+        if not csrf:  # nothing to compare with: refuse before reading the body
+            raise _Http(403, "the form expired or did not come from this page: reload and try again")
         form = await request.form()
         if not same_token(str(form.get("csrf", "")), csrf):
             raise _Http(403, "the form expired or did not come from this page: reload and try again")
@@ -456,6 +494,7 @@ def create_app(
         berth.BackendError: store_error,
     }
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
+    app.add_middleware(_BodyLimit)
     app.add_middleware(_SecurityHeaders)
     return app
 
