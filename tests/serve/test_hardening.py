@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +187,36 @@ def test_an_oversized_request_is_answered_at_once_without_sending_its_body(inbox
             head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}"
             s.sendall((head + f"Content-Length: {200 << 20}\r\n\r\n").encode())
             assert s.recv(4096).startswith(b"HTTP/1.1 413 "), path  # the 200 MiB were never sent
+
+
+# --- identical answers sent at once are acknowledged once ---------------------------------------------
+
+
+def answers_counted(server: Server) -> float:
+    metrics = httpx.get(server.url + "/metrics", headers=bearer(ALICE)).text
+    line = next(
+        x for x in metrics.splitlines() if x.startswith(f'berth_answers_total{{identity="{IDENTITY}",via="api"}}')
+    )
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_identical_concurrent_answers_are_acknowledged_once(
+    inbox: Server, park: Park, caplog: pytest.LogCaptureFixture
+) -> None:
+    key, q = park("burst", "Deploy?")
+    doc = {"key": key, "question_id": q.id, "text": "yes"}
+    before = answers_counted(inbox)
+    start = threading.Barrier(50)
+
+    def send(_: int) -> int:
+        with httpx.Client(base_url=inbox.url, headers=bearer(ALICE), timeout=30) as client:
+            start.wait()
+            return client.post("/api/answers", json=doc).status_code
+
+    with caplog.at_level(logging.INFO, logger="berth.serve.audit"):
+        with ThreadPoolExecutor(50) as pool:
+            statuses = sorted(pool.map(send, range(50)))
+    assert statuses == [201] + [409] * 49
+    audited = [r for r in caplog.records if r.name == "berth.serve.audit" and f"key={key!r}" in r.getMessage()]
+    assert len(audited) == 1
+    assert answers_counted(inbox) == before + 1

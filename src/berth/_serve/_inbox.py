@@ -34,6 +34,7 @@ CHOICES_LABEL = "berth.choices"
 KNOWN_CHOICES = ("approve", "reject", "respond")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _LOOKUPS = 200  # runs looked up one by one per refresh; more wait for the next full listing
+_ANSWER_LOCKS = 64  # answers to one key are taken one at a time (keys share these locks by hash)
 
 
 @dataclass
@@ -196,6 +197,7 @@ class Inbox:
         self._refreshing = False
         self._lock = threading.Lock()  # the current snapshot and counters: held for moments
         self._refresh_lock = threading.Lock()  # one listing at a time: held for as long as it takes
+        self._answer_locks = [threading.Lock() for _ in range(_ANSWER_LOCKS)]
 
     @property
     def identities(self) -> list[str]:
@@ -380,11 +382,19 @@ class Inbox:
     def answer(self, identity: str, key: str, question_id: str, text: str, *, by: str, via: str) -> Answered:
         """Record `by`'s answer to question `question_id` under `key`, bound to exactly that question.
 
+        Answers to one key are taken one at a time, so of identical answers sent at once (a
+        double click, a retrying client) one is recorded, audited and counted, and the others
+        are refused as already answered: the store itself returns an identical repeat as if new.
+
         Raises:
             Refused: 404 when nothing is pending at `key`; 409 when `question_id` was
                 superseded (the card then holds the new question) or was already answered.
             berth.InvalidKey: a malformed key (before any I/O).
         """
+        with self._answer_locks[hash((identity, key)) % _ANSWER_LOCKS]:
+            return self._answer(identity, key, question_id, text, by=by, via=via)
+
+    def _answer(self, identity: str, key: str, question_id: str, text: str, *, by: str, via: str) -> Answered:
         questions = self.sources[identity].questions
         card = self.lookup(identity, key)
         if card is None:
