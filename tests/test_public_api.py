@@ -26,6 +26,7 @@ DESIGN_NAMES = {
 ADDED_NAMES = {
     # berth's additions where DESIGN.md is silent (docs/store.md says why).
     "AnswerRefused", "Backend", "PlaintextWarning", "aio", "QuestionStore", "ResealReport", "Sealer",
+    "Decision", "InvalidAnswer", "ToolRequest",
 }  # fmt: skip
 
 
@@ -57,6 +58,7 @@ def test_errors_form_the_documented_tree() -> None:
         assert issubclass(getattr(berth, name), berth.BerthError)
     assert issubclass(berth.InvalidKey, ValueError) and issubclass(berth.InvalidEnvelope, ValueError)
     assert issubclass(berth.AnswerRefused, berth.TokenMismatch)
+    assert issubclass(berth.InvalidAnswer, berth.BerthError) and issubclass(berth.InvalidAnswer, ValueError)
 
 
 DOCUMENTED_COORDINATOR = [berth.Coordinator.suspend, berth.Coordinator.wake]

@@ -48,7 +48,16 @@ if TYPE_CHECKING:
     from berth._kms_sealer import KmsSealer
     from berth._multi import MultiSealer
     from berth._plaintext import PlaintextSealer
-    from berth._questions import Answer, AnswerRefused, Question, QuestionStore, open_questions
+    from berth._questions import (
+        Answer,
+        AnswerRefused,
+        Decision,
+        InvalidAnswer,
+        Question,
+        QuestionStore,
+        ToolRequest,
+        open_questions,
+    )
     from berth._sealer import Sealer
     from berth._store import (
         Listing,
@@ -97,11 +106,13 @@ __all__ = [
     "BerthError",
     "ConfigDrift",
     "Coordinator",
+    "Decision",
     "Envelope",
     "EnvelopeTooLarge",
     "Expired",
     "FormatError",
     "IntegrityError",
+    "InvalidAnswer",
     "InvalidEnvelope",
     "InvalidKey",
     "Keyring",
@@ -119,6 +130,7 @@ __all__ = [
     "Store",
     "Token",
     "TokenMismatch",
+    "ToolRequest",
     "Wake",
     "WakeDecision",
     "aio",

@@ -8,7 +8,7 @@ here against `AsyncStore`s.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,7 +17,7 @@ from berth._coordinator import Coordinator as SyncCoordinator
 from berth._coordinator import Wake
 from berth._envelope import Envelope
 from berth._plan import arun
-from berth._questions import NAMESPACE, Answer, Question, QuestionStore
+from berth._questions import NAMESPACE, Answer, Decision, Question, QuestionStore, ToolRequest
 from berth._sealer import Sealer
 from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing
 from berth.backends._aio import AsyncBackend, sync_twin
@@ -86,9 +86,11 @@ class AsyncQuestionStore:
         run_id: str = "",
         question_id: str | None = None,
         deadline: datetime | None = None,
+        accepts: Iterable[Decision | str] = (),
+        tool: ToolRequest | None = None,
     ) -> Question:
         """Ask a human `prompt` about the run parked under `key`, as `QuestionStore.ask`."""
-        return await arun(self._core.ask(key, prompt, run_id, question_id, deadline), self._targets)
+        return await arun(self._core.ask(key, prompt, run_id, question_id, deadline, accepts, tool), self._targets)
 
     async def pending(self, key: str) -> Question | None:
         """The question pending under `key`, as `QuestionStore.pending`."""
@@ -102,9 +104,18 @@ class AsyncQuestionStore:
         """The pending question under `key` with its answer, as `QuestionStore.record`."""
         return await arun(self._core.record(key), self._targets)
 
-    async def provide(self, key: str, question_id: str, text: str, by: str = "unknown") -> Answer:
-        """Answer the pending question under `key`, as `QuestionStore.provide`."""
-        return await arun(self._core.provide(key, question_id, text, by), self._targets)
+    async def provide(
+        self,
+        key: str,
+        question_id: str,
+        text: str,
+        by: str = "unknown",
+        *,
+        decision: Decision | str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> Answer:
+        """Answer the pending question under `key`, as `QuestionStore.provide` (decisions included)."""
+        return await arun(self._core.provide(key, question_id, text, by, decision, arguments), self._targets)
 
     async def consume(self, key: str, question_id: str) -> bool:
         """Remove question `question_id` under `key` if still pending, as `QuestionStore.consume`."""

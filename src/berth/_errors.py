@@ -8,6 +8,7 @@
     ├── FormatError        not a frame, or a frame of a newer format
     ├── ConfigDrift        the envelope was parked under another version/provider/model/config
     ├── InvalidKey         (also ValueError) a key or identity berth refuses
+    ├── InvalidAnswer      (berth._questions; also ValueError) an answer its question does not accept
     ├── InvalidEnvelope    (also ValueError) an envelope berth refuses to park
     ├── EnvelopeTooLarge   the encoded envelope exceeds the store's limit
     └── BackendError       the storage failed; the outcome of a write may be unknown

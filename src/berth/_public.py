@@ -28,7 +28,10 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "berth._kms_sealer": ("KmsSealer",),
     "berth._multi": ("MultiSealer",),
     "berth._plaintext": ("PlaintextSealer",),
-    "berth._questions": ("Answer", "AnswerRefused", "Question", "QuestionStore", "open_questions"),
+    "berth._questions": (
+        "Answer", "AnswerRefused", "Decision", "InvalidAnswer", "Question", "QuestionStore", "ToolRequest",
+        "open_questions",
+    ),
     "berth._sealer": ("Sealer",),
     "berth._store": (
         "Listing", "Parked", "PlaintextWarning", "ResealReport", "Store", "load_checkpoint", "open_store",

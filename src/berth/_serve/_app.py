@@ -396,8 +396,9 @@ def create_app(
         except ValueError as exc:
             raise _Http(400, "the body is not JSON") from exc
         if not isinstance(doc, dict):
-            raise _Http(400, 'send {"key": ..., "question_id": ..., "text": ...}')
-        missing = [f for f in ("key", "question_id", "text") if not isinstance(doc.get(f), str)]
+            raise _Http(400, 'send {"key": ..., "question_id": ..., "decision": ..., "text": ...}')
+        decision, text, arguments = _decision_of(doc)
+        missing = [f for f in ("key", "question_id") if not isinstance(doc.get(f), str)]
         if missing:
             raise _Http(400, f"missing or not a string: {', '.join(missing)}")
         if doc.get("identity") is not None and not isinstance(doc["identity"], str):
@@ -408,18 +409,27 @@ def create_app(
         identity = doc.get("identity") or inbox.identities[0]
         if identity not in inbox.sources:
             raise _Http(404, f"this inbox does not serve identity {identity!r}")
-        if len(doc["text"]) > MAX_ANSWER_CHARS:
+        if len(text) > MAX_ANSWER_CHARS:
             raise _Http(413, f"an answer is at most {MAX_ANSWER_CHARS} characters")
         try:
             done = await run_in_threadpool(
-                inbox.answer, identity, doc["key"], doc["question_id"], doc["text"], by=person, via="api"
+                lambda: inbox.answer(
+                    identity,
+                    doc["key"],
+                    doc["question_id"],
+                    text,
+                    by=person,
+                    via="api",
+                    decision=decision,
+                    arguments=arguments,
+                )
             )
         except Refused as exc:
             body: dict[str, Any] = {"error": str(exc)}
             if exc.card is not None:
                 body["question"] = views.question_doc(exc.card)
             return JSONResponse(body, status_code=exc.status)
-        except berth.InvalidKey as exc:
+        except (berth.InvalidKey, berth.InvalidAnswer) as exc:
             raise _Http(400, str(exc)) from exc
         return JSONResponse(views.answer_doc(done.card, done.answer), status_code=201)
 
@@ -530,6 +540,31 @@ def _local(target: object) -> str:
         if all(c.isprintable() for c in target):
             return target
     return "/"
+
+
+DECISIONS = tuple(d.value for d in berth.Decision)
+
+
+def _decision_of(doc: dict[str, Any]) -> tuple[str | None, str, dict[str, Any] | None]:
+    """`(decision, text, arguments)` of a `POST /api/answers` body, or 400: what is malformed.
+
+    Without `decision` the `text` is the answer (read by `berth.QuestionStore.provide`: free text never
+    approves); with one, `text` is its reason, note or response (default ""), and `edit` needs `arguments`,
+    a JSON object.
+    """
+    decision = doc.get("decision")
+    text = doc.get("text", None if decision is None else "")
+    arguments = doc.get("arguments")
+    if decision is not None and decision not in DECISIONS:
+        raise _Http(400, f"decision must be one of {', '.join(DECISIONS)}")
+    if not isinstance(text, str):
+        raise _Http(400, "missing or not a string: text" if decision is None else "text must be a string")
+    if decision == "edit":
+        if not isinstance(arguments, dict):
+            raise _Http(400, "an edit needs arguments: a JSON object of the tool's new arguments")
+    elif arguments is not None:
+        raise _Http(400, "arguments are sent only with the edit decision")
+    return decision, text, arguments
 
 
 def _int(raw: str | None, default: int, low: int, high: int) -> int:

@@ -69,7 +69,10 @@ class Card:
 
     @property
     def choices(self) -> tuple[str, ...]:
-        """The structured answers offered: from the `berth.choices` label, else free text only."""
+        """The decisions an answer may make: those the question declares (`berth.Question.accepts`), else
+        those the run's `berth.choices` label names, else a free-text response only."""
+        if self.question.accepts:
+            return tuple(d.value for d in self.question.accepts)
         raw = self.item.labels.get(CHOICES_LABEL, "")
         picked = tuple(c for c in (p.strip() for p in raw.split(",")) if c in KNOWN_CHOICES)
         return picked or ("respond",)
@@ -379,22 +382,49 @@ class Inbox:
 
     # --- answering -------------------------------------------------------------------------
 
-    def answer(self, identity: str, key: str, question_id: str, text: str, *, by: str, via: str) -> Answered:
+    def answer(
+        self,
+        identity: str,
+        key: str,
+        question_id: str,
+        text: str,
+        *,
+        by: str,
+        via: str,
+        decision: str | None = None,
+        arguments: Mapping[str, object] | None = None,
+    ) -> Answered:
         """Record `by`'s answer to question `question_id` under `key`, bound to exactly that question.
 
         Answers to one key are taken one at a time, so of identical answers sent at once (a
         double click, a retrying client) one is recorded, audited and counted, and the others
         are refused as already answered: the store itself returns an identical repeat as if new.
 
+        `decision` (and, for `edit`, `arguments`) is the decision made; None reads it from `text`
+        (`berth.QuestionStore.provide`). A question that declares no decisions but whose run's
+        `berth.choices` label offers approve or reject gets them as text (`approve: <note>`), as
+        such hosts read it.
+
         Raises:
             Refused: 404 when nothing is pending at `key`; 409 when `question_id` was
                 superseded (the card then holds the new question) or was already answered.
             berth.InvalidKey: a malformed key (before any I/O).
+            berth.InvalidAnswer: a decision the question does not accept, or malformed edit arguments.
         """
         with self._answer_locks[hash((identity, key)) % _ANSWER_LOCKS]:
-            return self._answer(identity, key, question_id, text, by=by, via=via)
+            return self._answer(identity, key, question_id, text, by, via, decision, arguments)
 
-    def _answer(self, identity: str, key: str, question_id: str, text: str, *, by: str, via: str) -> Answered:
+    def _answer(
+        self,
+        identity: str,
+        key: str,
+        question_id: str,
+        text: str,
+        by: str,
+        via: str,
+        decision: str | None,
+        arguments: Mapping[str, object] | None,
+    ) -> Answered:
         questions = self.sources[identity].questions
         card = self.lookup(identity, key)
         if card is None:
@@ -403,19 +433,22 @@ class Inbox:
             raise Refused(409, f"question {question_id!r} at {where(identity, key)} was superseded by a new one", card)
         if card.answer is not None:
             raise Refused(409, f"question {question_id!r} at {where(identity, key)} was already answered", card)
+        if decision in ("approve", "reject") and not card.question.accepts and decision in card.choices:
+            text, decision = decision + (f": {text}" if text else ""), None  # a `berth.choices` host reads text
         try:
-            answer = questions.provide(key, question_id, text, by=by)
+            answer = questions.provide(key, question_id, text, by=by, decision=decision, arguments=arguments)
         except berth.AnswerRefused as exc:
             now = self.lookup(identity, key)
             raise Refused(404 if now is None else 409, str(exc), now) from exc
         audit.info(
-            "answer identity=%r key=%r question_id=%r run_id=%r by=%r via=%s chars=%d",
+            "answer identity=%r key=%r question_id=%r run_id=%r by=%r via=%s decision=%s chars=%d",
             identity,
             key,
             question_id,
             card.question.run_id,
             by,
             via,
+            answer.decision.value,
             len(text),
         )
         counter = (identity, via)

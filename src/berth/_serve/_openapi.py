@@ -10,6 +10,20 @@ _STR = {"type": "string"}
 _TIME = {"type": ["string", "null"], "format": "date-time"}
 _LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
 _ERROR = {"type": "object", "properties": {"error": _STR}, "required": ["error"]}
+_DECISION = {"enum": ["approve", "reject", "edit", "respond", "ignore"]}
+_OBJECT = {"type": "object", "description": "A JSON object: the tool's arguments by name."}
+_TOOL = {
+    "type": ["object", "null"],
+    "description": "For a tool approval, the call that runs if it is approved; else null.",
+    "properties": {
+        "name": _STR,
+        "arguments": _OBJECT,
+        "agent": {"type": "string", "description": "The agent that asked for the call (may be empty)."},
+        "description": {"type": "string", "description": "What the tool does (may be empty)."},
+        "call_id": {"type": "string", "description": "The framework's id of the call."},
+    },
+    "required": ["name", "arguments"],
+}
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -31,12 +45,18 @@ _QUESTION = {
         "asked_at": _TIME,
         "deadline": _TIME,
         "labels": _LABELS,
-        "choices": {"type": "array", "items": {"enum": ["approve", "reject", "respond"]}},
+        "decisions": {
+            "type": "array",
+            "items": _DECISION,
+            "description": "The decisions an answer may make; [respond] is a free-text answer only.",
+        },
+        "choices": {"type": "array", "items": _DECISION, "description": "The same as decisions (kept for clients)."},
+        "tool": _TOOL,
         "answered": {"type": "boolean"},
         "answered_by": {"type": ["string", "null"]},
         "answered_at": _TIME,
     },
-    "required": ["key", "question_id", "prompt", "run_id", "asked_at", "deadline", "labels"],
+    "required": ["key", "question_id", "prompt", "run_id", "asked_at", "deadline", "labels", "decisions", "tool"],
 }
 _ANSWER = {
     "type": "object",
@@ -44,7 +64,9 @@ _ANSWER = {
         "identity": _STR,
         "key": _STR,
         "question_id": _STR,
+        "decision": _DECISION,
         "text": _STR,
+        "arguments": {**_OBJECT, "type": ["object", "null"], "description": "The new arguments of an edit."},
         "by": {"type": "string", "description": "The authenticated person who answered."},
         "answered_at": _TIME,
     },
@@ -110,17 +132,31 @@ OPENAPI: dict[str, Any] = {
                                 "properties": {
                                     "key": _STR,
                                     "question_id": _STR,
-                                    "text": _STR,
+                                    "decision": {
+                                        **_DECISION,
+                                        "description": "One of the question's decisions. Without it, text is "
+                                        "the answer: free text to an approval question never approves (exactly "
+                                        "'approve' or 'yes' does; other text is a response or a rejection).",
+                                    },
+                                    "text": {
+                                        "type": "string",
+                                        "description": "The answer; with a decision, its reason, note or response.",
+                                    },
+                                    "arguments": {**_OBJECT, "description": "With edit only: the new arguments."},
                                     "identity": {"type": "string", "description": "Default: the first served."},
                                 },
-                                "required": ["key", "question_id", "text"],
+                                "required": ["key", "question_id"],
                             }
                         }
                     },
                 },
                 "responses": {
                     "201": _json(_ANSWER, "Recorded."),
-                    "400": _json(_ERROR, "Malformed request or key."),
+                    "400": _json(
+                        _ERROR,
+                        "Malformed request or key, an unknown decision or one the question does not accept, or "
+                        "edit arguments that are not a JSON object. Nothing was recorded.",
+                    ),
                     "401": _UNAUTHORIZED,
                     "404": _json(_ERROR, "Nothing is pending at the key."),
                     "409": _json(

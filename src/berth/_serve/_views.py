@@ -13,7 +13,7 @@ from berth._cli._output import ago, listing_doc, rfc3339, span
 from berth._serve._auth import Auth
 from berth._serve._inbox import Card, Inbox, Snapshot
 
-__all__ = ["FILTERS", "answer_doc", "card_id", "metrics_text", "question_doc", "run_doc"]
+__all__ = ["FILTERS", "answer_doc", "card_id", "metrics_text", "question_doc", "run_doc", "tool_doc"]
 
 
 def card_id(identity: str, key: str) -> str:
@@ -68,10 +68,25 @@ def question_doc(card: Card) -> dict[str, Any]:
         "asked_at": rfc3339(q.asked_at),
         "deadline": rfc3339(card.item.deadline),
         "labels": dict(card.item.labels),
+        "decisions": list(card.choices),
         "choices": list(card.choices),
+        "tool": tool_doc(q.tool),
         "answered": a is not None,
         "answered_by": None if a is None else a.by,
         "answered_at": None if a is None else rfc3339(a.answered_at),
+    }
+
+
+def tool_doc(tool: berth.ToolRequest | None) -> dict[str, Any] | None:
+    """The tool call a question is about, as the API shows it (None when it is about none)."""
+    if tool is None:
+        return None
+    return {
+        "name": tool.name,
+        "arguments": dict(tool.arguments),
+        "agent": tool.agent,
+        "description": tool.description,
+        "call_id": tool.call_id,
     }
 
 
@@ -81,7 +96,9 @@ def answer_doc(card: Card, answer: berth.Answer) -> dict[str, Any]:
         "identity": card.item.identity,
         "key": card.question.key,
         "question_id": answer.question_id,
+        "decision": answer.decision.value,
         "text": answer.text,
+        "arguments": None if answer.arguments is None else dict(answer.arguments),
         "by": answer.by,
         "answered_at": rfc3339(answer.answered_at),
     }
