@@ -206,6 +206,87 @@ def test_deleting_the_newest_frame_of_a_key_is_refused_and_reported(store: berth
     assert not report.ok and report.missing == ("a",) and not report.replayed
 
 
+def test_no_save_reopens_a_key_whose_run_the_witness_saw_parked_and_is_missing(
+    store: berth.Store, setup: Setup
+) -> None:
+    """A first-writer-wins slot is never reopened without a trace: refused until an operator acknowledges."""
+    _park(store, "a", "r1")
+    setup.drop_frame("a")  # a storage writer deletes the parked run
+    for save in (
+        lambda: store.save("a", make_envelope("r2"), if_absent=True),
+        lambda: store.save("a", make_envelope("r2")),
+    ):
+        with pytest.raises(berth.IntegrityError, match=r"save at identity 'wit', key 'a' refused: .* frame 1 parked"):
+            save()
+    for read in (lambda: store.load("a"), lambda: store.claim("a")):  # refused, never "nothing parked"
+        with pytest.raises(berth.IntegrityError, match="missing"):
+            read()
+    assert store.audit().missing == ("a",)  # still: nothing written meanwhile
+    assert store.acknowledge("b") is False  # nothing missing there: nothing recorded
+    assert store.acknowledge("a") is True  # the operator accepts the run is gone
+    assert store.acknowledge("a") is False
+    assert store.audit().ok and store.load("a") is None
+    store.save("a", make_envelope("r3"), if_absent=True)
+    assert (claimed := store.claim("a")) is not None and claimed.run_id == "r3"
+    assert store.audit().ok
+
+
+def test_a_save_over_an_older_frame_put_in_place_of_the_parked_one_is_refused(store: berth.Store, setup: Setup) -> None:
+    _park(store, "a", "r1")
+    old = setup.frame("a")
+    _park(store, "a", "r2")
+    assert old is not None
+    setup.put_frame("a", old)  # r2, never claimed, replaced by r1
+    with pytest.raises(berth.IntegrityError, match="holds frame 1 .replayed."):
+        store.save("a", make_envelope("r3"))
+    assert store.acknowledge("a") is True
+    with pytest.raises(berth.IntegrityError, match="not the latest"):
+        store.load("a")  # the older frame is still not served
+    assert store.audit().replayed == ("a",)
+    _park(store, "a", "r3")  # the host's own write supersedes it
+    parked = store.load("a")
+    assert parked is not None and parked.envelope.run_id == "r3" and store.audit().ok
+
+
+def test_async_acknowledge(setup: Setup) -> None:
+    with setup.store() as store:
+        _park(store, "a", "r1")
+    setup.drop_frame("a")
+
+    async def main() -> None:
+        async with setup.astore() as astore:
+            with pytest.raises(berth.IntegrityError, match="refused"):
+                await astore.save("a", make_envelope("r2"), if_absent=True)
+            assert await astore.acknowledge("a") is True
+            await astore.save("a", make_envelope("r2"), if_absent=True)
+            assert (await astore.audit()).ok
+        async with berth.aio.open_store(setup.url, identity=IDENTITY, sealer=setup.sealer) as plain:
+            with pytest.raises(berth.BerthError, match="no witness"):
+                await plain.acknowledge("a")
+
+    asyncio.run(main())
+
+
+def test_audit_reads_each_frame_once(store: berth.Store, setup: Setup) -> None:
+    setup.frames = store.backend
+    for i in range(4):
+        _park(store, f"k{i}", f"r{i}")
+    old = setup.frame("k1")
+    _park(store, "k1", "r1b")
+    assert old is not None
+    setup.put_frame("k1", old)  # replayed
+    setup.drop_frame("k2")  # missing
+    frames = _Reads(store.backend)
+    store.backend, real = frames, store.backend  # type: ignore[assignment]
+    try:
+        report = store.audit()
+    finally:
+        store.backend = real
+    assert report.replayed == ("k1",) and report.missing == ("k2",) and report.checked == 4
+    # k0, k1 and k3 read whole once each, k2 found gone once; the rest are heads (tokens, presence)
+    assert frames.calls["get"] == 4, frames.calls
+
+
 def test_deleting_one_in_the_middle_of_a_series_of_keys(store: berth.Store, setup: Setup) -> None:
     for i in range(9):
         _park(store, f"k{i}", f"r{i}")
@@ -813,6 +894,12 @@ def test_berth_audit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert doc["adopted"] == 1 and doc["unknown"] == [] and doc["missing"] == ["b"], doc
     again = berth_("audit", "--adopt", BERTH_WITNESS=witness_url)
     assert "0 frames adopted by the witness" in again.output, again.output
+    # the operator accepts that b is gone: saves over it proceed, the audit is clean
+    acked = berth_("audit", "--acknowledge", "b", "--acknowledge", "c", BERTH_WITNESS=witness_url)
+    assert acked.exit_code == 0, acked.output
+    assert "key 'b': acknowledged gone" in acked.output and "key 'c': not missing" in acked.output
+    doc = json.loads(berth_("audit", "--json", BERTH_WITNESS=witness_url).stdout)
+    assert doc["ok"] is True and doc["missing"] == [] and doc["unsettled"] == [], doc
 
 
 def test_adopt_takes_frames_parked_before_the_witness_and_nothing_else(setup: Setup) -> None:

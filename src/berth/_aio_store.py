@@ -346,6 +346,14 @@ class AsyncStore:
         """Record in the witness every frame parked before the store had one, as `Store.adopt` (in a worker thread)."""
         return await asyncio.to_thread(self._sync.adopt)
 
+    async def acknowledge(self, key: str) -> bool:
+        """Accept that the run the witness saw parked under `key`, now missing, is gone, as `Store.acknowledge`."""
+        witness = self._core.witness
+        if witness is None:
+            return self._sync.acknowledge(key)  # raises, before any I/O: no witness
+        self._core.name(key)
+        return await self._witnessed(key, "acknowledge", witness.acknowledge(self._core, key))
+
     async def audit(self) -> AuditReport:
         """Compare every frame with the witness's record of its key, as `Store.audit` (in a worker thread)."""
         return await asyncio.to_thread(self._sync.audit)

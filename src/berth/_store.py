@@ -1087,6 +1087,28 @@ class Store:
             adopted += 1
         return adopted
 
+    def acknowledge(self, key: str) -> bool:
+        """Accept that the run the witness saw parked under `key`, now missing, is gone for good.
+
+        The operator's answer to a `missing` key (or one whose recorded frame was replaced by an
+        older or unknown one): until then the witness refuses every save over the key, and load,
+        claim and `audit()` keep reporting it. Records the frame as deleted; the key's saves then
+        proceed (a frame still in place stays refused, `replayed` or `unknown`, until it is saved
+        over or deleted). Restore the frame instead if you have it.
+
+        Returns:
+            True if it recorded a missing frame as gone; False if the witness knew of none.
+
+        Raises:
+            InvalidKey: the key breaks the key rules (before any I/O).
+            BerthError: the store has no witness (open it with `witness=URL`).
+            IntegrityError: the key's witness record does not open.
+            BackendError: the store's or the witness's backend failed.
+        """
+        witness = self._needs_witness("acknowledge")
+        self.core.name(key)
+        return self._witnessed(key, "acknowledge", witness.acknowledge(self.core, key))
+
     def _needs_witness(self, what: str) -> Witness:
         if self.core.witness is None:
             raise BerthError(
@@ -1097,11 +1119,14 @@ class Store:
     def audit(self) -> AuditReport:
         """Compare every frame with the witness's record of its key: what is missing, replayed or unknown.
 
-        Reads every frame and every witness record once (a frame whose digest is the witnessed one
-        is not opened). A save or claim racing the audit is never reported.
+        Reads every frame whole once (a frame whose digest is the witnessed one is not opened). A
+        save or claim racing the audit is never reported. Keys where a witness write failed after
+        a commit point (noted beside the frames) have their records settled and are reported once,
+        as `unsettled`.
 
         Returns:
-            `AuditReport(missing, replayed, unknown, tampered, checked)`; `.ok` when all agree.
+            `AuditReport(missing, replayed, unknown, tampered, checked, unsettled)`; `.ok` when
+            the first four are empty.
 
         Raises:
             BerthError: the store has no witness (open it with `witness=URL`).

@@ -78,6 +78,8 @@ LEFT = ("claimed", "expired", "drifted", "swept", "deleted")
 _RECORD_MAGIC = b"\x89BWITNS\n"
 _HEAD = b'{"witness":1}'
 _TRIES = 200
+_AFTER_TRIES = 3  # a record write after a commit point: tried this often before it is left for audit() to settle
+_NOTES = ":unsettled/"  # beside the frames (`{identity}:unsettled/{key}`): a record write failed after a commit
 _HEAD_READ = 1024  # the first read of a frame's head (as listing's); a longer header costs a second
 _HEAD_MAX = PREFIX_SIZE + MAX_HEADER
 MAX_SEQ = 2**63 - 1
@@ -97,7 +99,8 @@ class AuditReport:
     delete. `replayed`: keys holding an older frame than the latest the witness saw (or a
     frame that already left). `unknown`: keys holding a frame the witness never saw.
     `tampered`: keys whose witness record does not open (edited, truncated, moved).
-    A store rolled back to an older copy shows up in all of them.
+    A store rolled back to an older copy shows up in all of them. `unsettled`: keys whose
+    record a witness failure after a commit point left behind, settled by this audit.
     """
 
     missing: tuple[str, ...] = ()
@@ -106,6 +109,9 @@ class AuditReport:
     tampered: tuple[str, ...] = ()
     checked: int = 0
     """How many keys (frames or witness records) were compared."""
+    unsettled: tuple[str, ...] = ()
+    """Keys where a witness write failed after a commit point (the run was parked or handed out all
+    the same); this audit settled their records. Not an attack: `ok` does not count them."""
 
     @property
     def ok(self) -> bool:
@@ -171,6 +177,16 @@ def judge(rec: Record | None, info: FrameInfo | None) -> str:
     if info.seq < rec.seq:
         return REPLAYED
     return UNKNOWN
+
+
+def lost(snap: Snapshot) -> Record | None:
+    """The record of a frame the witness saw parked, that never left and is not in place; else None."""
+    rec = snap.record
+    if snap.verdict in _GOOD or rec is None or rec.state != PARKED:
+        return None
+    if rec.leave is not None and rec.leave[0] == rec.seq:
+        return None  # a claim, sweep or delete of it began: it left
+    return rec
 
 
 def _candidate(rec: Record, info: FrameInfo) -> str | None:
@@ -316,7 +332,7 @@ class Witness:
             verdict = judge(rec, info)
             if verdict in _GOOD:
                 return Snapshot(found, info, rec, wtoken, verdict)
-            again = yield call("frames", "get", name)
+            again = yield call("frames", "head", name, 1)  # only its token: the frame is read whole once
             if _token_of(again) == _token_of(found):
                 return Snapshot(found, info, rec, wtoken, verdict)
         raise BackendError(f"the witness of {where(self.identity, key)} kept changing under the read: try again")
@@ -433,6 +449,7 @@ class Witness:
                     identity=self.identity,
                     key=key,
                 )
+            self._refuse_over_missing(key, snap)
             if snap.verdict not in _GOOD and not adopting:
                 log.warning("berth: saving over %s although %s", where(self.identity, key), snap.verdict)
             rec = settle(snap.record or Record(key), snap)
@@ -449,7 +466,9 @@ class Witness:
                 if if_absent or if_match is not None:
                     raise
                 continue  # another save landed first: this candidate never will; take a newer seq
-            yield from self._update(key, rec, wtoken, functools.partial(_landed, seq=seq, digest=digest, token=token))
+            # the commit point: the frame landed. Nothing after it fails the save.
+            landed = functools.partial(_landed, seq=seq, digest=digest, token=token)
+            yield from self._after_commit(key, rec, wtoken, landed, "save")
             return token
         raise BackendError(f"save at {where(self.identity, key)} kept losing to other writers of the key")
 
@@ -492,11 +511,88 @@ class Witness:
                     wtoken = yield from self._put(rec, snap.wtoken)
                 except TokenMismatch:
                     continue
-            yield call("frames", "delete", name, token)  # the commit point
+            yield call("frames", "delete", name, token)  # the commit point: nothing after it fails the call
             assert wtoken is not None  # the record was written, or was already this one
-            yield from self._update(key, rec, wtoken, functools.partial(_gone, seq=seq, how=how))
+            yield from self._after_commit(key, rec, wtoken, functools.partial(_gone, seq=seq, how=how), how)
             return None
         raise BackendError(f"{how} at {where(self.identity, key)} kept losing to other writers of the key")
+
+    def _refuse_over_missing(self, key: str, snap: Snapshot) -> None:
+        """Refuse a save over a key whose record says a frame is parked, never left, and is not in place.
+
+        Saving would make the witness forget the run it saw parked (a first-writer-wins slot
+        reopened without a trace): the key stays refused, and reported, until an operator
+        restores the frame or calls `Store.acknowledge(key)`.
+        """
+        rec = lost(snap)
+        if rec is None:
+            return
+        info = snap.info
+        in_place = "nothing" if info is None else f"frame {info.seq}"
+        if info is not None and info.seq is None:
+            in_place = "a frame with no sequence number"
+        raise IntegrityError(
+            f"save at {where(self.identity, key)} refused: the witness saw frame {rec.seq} parked there and "
+            f"no claim, sweep or delete of it, and the store holds {in_place} ({snap.verdict}); restore the "
+            "frame, or accept that it is gone with store.acknowledge(key) (berth audit --acknowledge KEY)",
+            identity=self.identity,
+            key=key,
+        )
+
+    def note_prefix(self) -> str:
+        """Where, in the store's backend, notes of record writes that failed after a commit point live."""
+        return self.identity + _NOTES
+
+    def _after_commit(
+        self, key: str, rec: Record, wtoken: Token, change: Callable[[Record], Record | None], what: str
+    ) -> Plan[None]:
+        """The record write after a commit point (a frame landed, or left): it never fails the call.
+
+        Tried `_AFTER_TRIES` times. If the witness still fails, the record stays as the step
+        before the commit left it -- a pending candidate, or a leave begun: both judged good, as
+        after a kill at that point -- and a note under `{identity}:unsettled/{key}` in the store's
+        own backend tells `audit()` to settle the record and report the key (`unsettled`). The
+        caller who committed gets its outcome: the run is never lost, never handed out twice.
+        """
+        failure: Exception | None = None
+        for _ in range(_AFTER_TRIES):
+            try:
+                yield from self._update(key, rec, wtoken, change)
+                return None
+            except Exception as exc:  # noqa: BLE001 - any failure of the witness: the commit stands
+                failure = exc
+        log.warning(
+            "berth: the witness failed after the %s at %s committed (%s); left for audit() to settle",
+            what,
+            where(self.identity, key),
+            failure,
+        )
+        try:
+            yield call("frames", "put", self.note_prefix() + key, _encoder.encode({"after": what}))
+        except Exception as exc:  # noqa: BLE001 - the commit stands; the record is still judged good
+            log.error(
+                "berth: cannot note the unsettled witness record of %s (%s); the next save or claim settles it",
+                where(self.identity, key),
+                exc,
+            )
+        return None
+
+    def acknowledge(self, store: StoreCore, key: str) -> Plan[bool]:
+        """`Store.acknowledge`: record that the frame the witness saw parked under `key`, and which is
+        not in place, is gone for good (as deleted). False when there is nothing of the kind."""
+        name = store.name(key)
+        for _ in range(_TRIES):
+            snap = yield from self.snapshot(name, key)
+            rec = lost(snap)
+            if rec is None:
+                return False
+            try:
+                yield from self._put(msgspec.structs.replace(rec, state="deleted", leave=None), snap.wtoken)
+            except TokenMismatch:
+                continue  # another writer of the record: read again
+            log.warning("berth: %s: frame %s acknowledged gone by an operator", where(self.identity, key), rec.seq)
+            return True
+        raise BackendError(f"acknowledge at {where(self.identity, key)} kept losing to other writers of the key")
 
     def _put(self, rec: Record, wtoken: Token | None) -> Plan[Token]:
         token: Token = yield call(
@@ -542,13 +638,34 @@ class Witness:
             if snap.verdict not in _GOOD:
                 bad[snap.verdict].append(key)
                 seen.add(key)
+        unsettled = []
+        notes = self.note_prefix()
+        for name in store.backend.scan(notes):
+            unsettled.append(name[len(notes) :])
+            try:
+                run(self._settle(store.core, name[len(notes) :]), targets)
+            except BerthError as exc:  # a writer of the key raced the audit, or a bad record: noted still
+                log.warning("berth: audit left %s unsettled: %s", where(self.identity, name[len(notes) :]), exc)
         return AuditReport(
             missing=tuple(sorted(bad[MISSING])),
             replayed=tuple(sorted(bad[REPLAYED])),
             unknown=tuple(sorted(bad[UNKNOWN])),
             tampered=tuple(sorted(bad["tampered"])),
             checked=checked,
+            unsettled=tuple(sorted(unsettled)),
         )
+
+    def _settle(self, store: StoreCore, key: str) -> Plan[None]:
+        """Write down what the frame in place proves of a noted key's record, then drop the note."""
+        snap = yield from self.snapshot(store.name(key), key)
+        if snap.record is not None and snap.wtoken is not None:
+            rec = settle(snap.record, snap)
+            if rec != snap.record:
+                yield from self._put(rec, snap.wtoken)
+        note = self.note_prefix() + key
+        found = yield call("frames", "get", note)
+        if found is not None:
+            yield call("frames", "delete", note, found[1])
 
     def _keys(self, store: Store) -> Iterator[str]:
         """Every key the store holds a frame for, then every key the witness holds a record for."""
@@ -557,7 +674,8 @@ class Witness:
             yield name[len(frames) :]
         for name in self.backend.scan(self._prefix):
             key = name[len(self._prefix) :]
-            if store.backend.get(frames + key) is None:  # those with a frame were compared above
+            # those with a frame were compared above: a head says so without reading the frame again
+            if store.backend.head(frames + key, 1) is None:
                 yield key
 
 

@@ -550,10 +550,17 @@ def verify_cmd(settings: Settings, out: str | None) -> None:
     is_flag=True,
     help="First record every frame parked before the store had a witness, trusting the store as it is now.",
 )
+@click.option(
+    "--acknowledge",
+    "acknowledge",
+    multiple=True,
+    metavar="KEY",
+    help="First accept that the missing run at KEY is gone for good (repeatable); its saves then proceed.",
+)
 @output_options()
 @store_options(env=False)
 @click.pass_obj
-def audit_cmd(settings: Settings, adopt: bool, out: str | None) -> None:
+def audit_cmd(settings: Settings, adopt: bool, acknowledge: tuple[str, ...], out: str | None) -> None:
     """Compare every frame with the witness: find deleted, replayed and unknown runs.
 
     Needs a witness (--witness or BERTH_WITNESS) and the keys. Reports keys whose
@@ -565,6 +572,11 @@ def audit_cmd(settings: Settings, adopt: bool, out: str | None) -> None:
     (no sequence number, no record of its key): it takes the store's contents at
     this moment as genuine. Run it once, when the witness is added.
 
+    --acknowledge KEY first records that the run the witness saw parked at KEY,
+    now missing, is gone for good: until then every save over KEY is refused.
+    Keys where a witness write failed after a claim or save committed are
+    settled and listed once as unsettled (not counted as disagreeing).
+
     \b
     Example:
       BERTH_WITNESS=postgresql://audit-db/berth berth audit --keyring keys.json --json
@@ -575,14 +587,20 @@ def audit_cmd(settings: Settings, adopt: bool, out: str | None) -> None:
     adopted = store.adopt() if adopt else None
     if adopted is not None and out != "json":
         click.echo(f"{where(store.identity)}: {adopted} frame{'s' if adopted != 1 else ''} adopted by the witness")
+    acknowledged = [key for key in acknowledge if store.acknowledge(key)]
+    if acknowledge and out != "json":
+        for key in acknowledge:
+            done = "acknowledged gone" if key in acknowledged else "not missing: nothing acknowledged"
+            click.echo(terminal_safe(f"{where(store.identity, key)}: {done}"))
     report = store.audit()
     kinds = ("missing", "replayed", "unknown", "tampered")
     if out == "json":
         adoption = {} if adopted is None else {"adopted": adopted}
-        lists = {k: list(getattr(report, k)) for k in kinds}
-        emit_json({"ok": report.ok, "checked": report.checked, **adoption, **lists})
+        acks = {"acknowledged": acknowledged} if acknowledge else {}
+        lists = {k: list(getattr(report, k)) for k in (*kinds, "unsettled")}
+        emit_json({"ok": report.ok, "checked": report.checked, **adoption, **acks, **lists})
     else:
-        for kind in kinds:
+        for kind in (*kinds, "unsettled"):
             for key in getattr(report, kind):
                 click.echo(f"{kind:<9} {terminal_safe(key)}")
         found = ", ".join(f"{len(getattr(report, k))} {k}" for k in kinds)
