@@ -67,7 +67,7 @@ def serving(
     ]
     app = build_app(sources, auth, poll_seconds=poll_seconds, max_age=0)
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", proxy_headers=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -80,7 +80,7 @@ def test_loopback(host: str, loopback: bool) -> None:
         with pytest.raises(AuthError, match="refusing to serve"):
             auth.check_bind(host)
     Auth(tokens=parse_tokens(A)).check_bind(host)
-    Auth(trusted_header="X-Forwarded-User").check_bind(host)
+    Auth(trusted_header="X-Forwarded-User", forwarded_allow_ips="10.0.0.5").check_bind(host)
 
 
 def test_the_command_refuses_to_serve_off_loopback_without_authentication(
@@ -197,7 +197,8 @@ def open_inbox(tmp_path: Path, keyring: berth.Keyring) -> Iterator[Server]:
 @pytest.fixture
 def proxied_inbox(tmp_path: Path, keyring: berth.Keyring) -> Iterator[Server]:
     """An inbox behind an authenticating proxy that sets X-Forwarded-User."""
-    with serving(tmp_path / "proxied.db", keyring, Auth(trusted_header="X-Forwarded-User")) as server:
+    auth = Auth(trusted_header="X-Forwarded-User", forwarded_allow_ips="127.0.0.1")
+    with serving(tmp_path / "proxied.db", keyring, auth) as server:
         yield server
 
 

@@ -8,15 +8,18 @@ import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 import berth
-from berth._serve import Auth, Source, build_app, parse_tokens
-from tests.serve.conftest import ALICE, IDENTITY, TOKENS, Park, Server, bearer
+from berth._cli import cli
+from berth._serve import Auth, AuthError, Source, build_app, parse_proxies, parse_tokens
+from tests.serve.conftest import ALICE, IDENTITY, TOKENS, Park, Server, bearer, serving
 from tests.serve.test_auth import csrf_of, logged_in
 
 # --- nothing that carries a prompt is stored by a cache -------------------------------------------
@@ -220,3 +223,74 @@ def test_identical_concurrent_answers_are_acknowledged_once(
     audited = [r for r in caplog.records if r.name == "berth.serve.audit" and f"key={key!r}" in r.getMessage()]
     assert len(audited) == 1
     assert answers_counted(inbox) == before + 1
+
+
+# --- the trusted header: only from the named proxies, read as UTF-8 ---------------------------------
+
+
+def test_a_trusted_header_needs_the_proxies_it_is_believed_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(AuthError, match="needs --forwarded-allow-ips"):
+        Auth(trusted_header="X-Forwarded-User")
+    for bad in ("*", "proxy.internal", "10.0.0.300"):
+        with pytest.raises(AuthError, match="not an IP address or network"):
+            parse_proxies(bad)
+    assert [str(n) for n in parse_proxies("10.0.0.5, 10.1.0.0/16,[::1]")] == ["10.0.0.5/32", "10.1.0.0/16", "::1/128"]
+    monkeypatch.delenv("BERTH_SERVE_TOKEN", raising=False)
+    monkeypatch.setenv("BERTH_URL", f"sqlite://{tmp_path}/b.db")
+    result = CliRunner().invoke(cli, ["serve", "--trusted-header", "X-Forwarded-User"])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "--forwarded-allow-ips" in result.output and "Traceback" not in result.output
+
+
+@contextmanager
+def proxied(tmp_path: Path, keyring: berth.Keyring, proxies: str) -> Iterator[Server]:
+    auth = Auth(tokens=parse_tokens(TOKENS), trusted_header="X-Forwarded-User", forwarded_allow_ips=proxies)
+    with serving(tmp_path / "proxied.db", keyring, auth) as server:
+        yield server
+
+
+def test_a_trusted_header_from_a_peer_that_is_not_the_proxy_is_not_believed(
+    tmp_path: Path, keyring: berth.Keyring
+) -> None:
+    with proxied(tmp_path, keyring, "10.0.0.5,192.168.0.0/16") as server:  # the test client is 127.0.0.1
+        key, q = Park(server)("k", "Wire the money?")
+        cto = {"X-Forwarded-User": "cto"}
+        doc = {"key": key, "question_id": q.id, "text": "approve"}
+        assert httpx.post(server.url + "/api/answers", json=doc, headers=cto).status_code == 401
+        assert httpx.get(server.url + "/api/questions", headers=cto).status_code == 401
+        page = httpx.get(server.url + "/", headers=cto)
+        assert page.status_code == 303 and page.headers["location"] == "/login"
+        assert server.questions[IDENTITY].answer(key) is None
+        by_token = httpx.post(server.url + "/api/answers", json=doc, headers={**cto, **bearer(ALICE)})
+        assert by_token.status_code == 201 and by_token.json()["by"] == "alice"  # a token still works
+
+
+def test_a_trusted_header_is_read_as_utf8(tmp_path: Path, keyring: berth.Keyring) -> None:
+    with proxied(tmp_path, keyring, "127.0.0.0/8") as server:
+        key, q = Park(server)("k", "Ship?")
+        name = "José Müller 山田"
+        doc = {"key": key, "question_id": q.id, "text": "yes"}
+        broken = httpx.post(server.url + "/api/answers", json=doc, headers={"X-Forwarded-User": b"Jos\xe9"})
+        assert broken.status_code == 401  # not UTF-8: nobody
+        r = httpx.post(server.url + "/api/answers", json=doc, headers={"X-Forwarded-User": name.encode()})
+        assert r.status_code == 201 and r.json()["by"] == name
+        stored = server.questions[IDENTITY].answer(key)
+        assert stored is not None and stored.by == name
+
+
+def test_forwarded_for_and_proto_are_believed_only_from_the_proxies(
+    tmp_path: Path, keyring: berth.Keyring, caplog: pytest.LogCaptureFixture
+) -> None:
+    forwarded = {"X-Forwarded-For": "203.0.113.9, 127.0.0.1", "X-Forwarded-Proto": "https"}
+    for proxies, client, secure in (("127.0.0.1", "203.0.113.9", True), ("10.0.0.5", "127.0.0.1", False)):
+        caplog.clear()
+        with proxied(tmp_path / proxies, keyring, proxies) as server, httpx.Client(base_url=server.url) as c:
+            form = c.get("/login")
+            with caplog.at_level(logging.WARNING, logger="berth.serve"):
+                r = c.post("/login", data={"token": "w" * 40, "csrf": csrf_of(form.text)}, headers=forwarded)
+            assert r.status_code == 401
+            assert any(f"failed login from {client}" in rec.getMessage() for rec in caplog.records), proxies
+            ok = c.post("/login", data={"token": ALICE, "csrf": csrf_of(form.text)}, headers=forwarded)
+            assert ok.status_code == 303 and ("secure" in ok.headers["set-cookie"].lower()) is secure

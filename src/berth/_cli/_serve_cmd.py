@@ -32,7 +32,10 @@ from berth._errors import where
     "--forwarded-allow-ips",
     default=None,
     metavar="IPS",
-    help="Proxies whose X-Forwarded-For/-Proto are trusted (comma-separated; default 127.0.0.1).",
+    help=(
+        "Proxies (addresses or networks, comma-separated) whose X-Forwarded-For/-Proto and --trusted-header "
+        "are believed; default none. Required with --trusted-header."
+    ),
 )
 @click.option(
     "--poll",
@@ -66,6 +69,7 @@ def serve_cmd(
       BERTH_SERVE_TOKEN=TOKEN             one token: API `Authorization: Bearer TOKEN`, page login form
       BERTH_SERVE_TOKEN=alice:T1,bob:T2   one token per person: answers are recorded as that person
       --trusted-header X-Forwarded-User   the person is what the authenticating proxy puts there
+        --forwarded-allow-ips 10.0.0.5    (required with it: only that proxy's header is believed)
     Without either, it listens on loopback only and records answers as your user name.
 
     \b
@@ -80,6 +84,7 @@ def serve_cmd(
         auth = _serve.Auth(
             tokens=_serve.parse_tokens(os.environ.get("BERTH_SERVE_TOKEN")),
             trusted_header=trusted_header,
+            forwarded_allow_ips=forwarded_allow_ips,
             local_person=user_name(),
         )
         auth.check_bind(host)
@@ -98,6 +103,6 @@ def serve_cmd(
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"berth inbox for {', '.join(where(n) for n in names)} on http://{shown}:{port}/", err=True)
     try:
-        _serve.run(app, host=host, port=port, forwarded_allow_ips=forwarded_allow_ips)
+        _serve.run(app, host=host, port=port)
     except _serve.ServeError as exc:
         bad_usage(str(exc))

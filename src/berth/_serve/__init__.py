@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from berth._serve._auth import Auth, AuthError, is_loopback, parse_tokens
+from berth._serve._auth import Auth, AuthError, is_loopback, parse_proxies, parse_tokens
 from berth._serve._inbox import Inbox, Source
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "build_app",
     "check_port",
     "is_loopback",
+    "parse_proxies",
     "parse_tokens",
     "run",
 ]
@@ -64,12 +65,12 @@ def run(
     *,
     host: str = DEFAULT_HOST,
     port: int = DEFAULT_PORT,
-    forwarded_allow_ips: str | None = None,
     log_level: str = "info",
 ) -> None:
     """Serve `app` with uvicorn until SIGINT/SIGTERM, then finish requests in flight (up to 10 s) and close.
 
-    The audit log (one line per answer, logger `berth.serve.audit`) and failed logins
+    Forwarded headers are the app's own business (its `Auth` names the proxies it trusts): uvicorn's
+    handling of them is off. The audit log (one line per answer, logger `berth.serve.audit`) and failed logins
     go to stderr with uvicorn's access log.
     """
     import uvicorn
@@ -85,8 +86,7 @@ def run(
         host=host,
         port=port,
         log_level=log_level,
-        proxy_headers=True,
-        forwarded_allow_ips=forwarded_allow_ips,
+        proxy_headers=False,
         server_header=False,
         timeout_graceful_shutdown=10,
         lifespan="on",

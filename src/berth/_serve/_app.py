@@ -116,6 +116,35 @@ class _BodyLimit:
         await self.app(scope, bounded, send)
 
 
+class _Forwarded:
+    """ASGI middleware: who a request came through. Keeps the connection's own peer as `scope["berth.peer"]`
+    and, only when that peer is a proxy named by `--forwarded-allow-ips`, takes the client's address
+    from X-Forwarded-For (the nearest hop that is not such a proxy) and the scheme from X-Forwarded-Proto.
+    """
+
+    def __init__(self, app: ASGIApp, auth: Auth):
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        peer = scope["client"][0] if scope.get("client") else None
+        scope = {**scope, "berth.peer": peer}
+        if self.auth.trusts(peer):
+            headers = {k.decode(): v.decode("latin-1") for k, v in scope["headers"] if k.startswith(b"x-forwarded-")}
+            proto = headers.get("x-forwarded-proto", "").strip().lower()
+            if proto in ("http", "https"):
+                scope["scheme"] = proto
+            hops = [h.strip() for h in headers.get("x-forwarded-for", "").split(",") if h.strip()]
+            while len(hops) > 1 and self.auth.trusts(hops[-1]):
+                hops.pop()
+            if hops:
+                scope["client"] = (hops[-1], 0)
+        await self.app(scope, receive, send)
+
+
 class _LogIn(Exception):
     """The request must log in first (the login page, or 401 where there is none)."""
 
@@ -169,7 +198,7 @@ def create_app(
 
         Raises _LogIn when the request must log in first.
         """
-        person = auth.from_header(request.headers)
+        person = auth.from_header(request.headers, request.scope.get("berth.peer"))
         session = auth.session(request.cookies.get(SESSION_COOKIE))
         if session is not None:
             return session.person, session.csrf
@@ -182,7 +211,8 @@ def create_app(
         raise _LogIn()
 
     def api_person(request: Request) -> str:
-        person = auth.bearer(request.headers.get("authorization")) or auth.from_header(request.headers)
+        person = auth.bearer(request.headers.get("authorization"))
+        person = person or auth.from_header(request.headers, request.scope.get("berth.peer"))
         if person is not None:
             return person
         if not auth.required:
@@ -506,6 +536,7 @@ def create_app(
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
     app.add_middleware(_BodyLimit)
     app.add_middleware(_SecurityHeaders)
+    app.add_middleware(_Forwarded, auth=auth)
     return app
 
 

@@ -2,7 +2,10 @@
 
 Rules (docs/serve.md): off loopback the inbox refuses to start without a token
 or a trusted header. Once either is configured every request needs it, loopback
-included. `BERTH_SERVE_TOKEN` is one token, or several `person:token` pairs
+included. The trusted header, like X-Forwarded-For and -Proto, is believed only
+from the proxies named by `--forwarded-allow-ips` (addresses or networks; none
+by default, and a trusted header without them is refused at start-up), and is
+read as UTF-8. `BERTH_SERVE_TOKEN` is one token, or several `person:token` pairs
 separated by commas; the person a token names is who its answers are recorded
 as (a bare token names `token-holder`). The page logs in with a token and keeps
 a server-side session behind an HttpOnly, SameSite=Strict cookie; logging out
@@ -17,7 +20,7 @@ import ipaddress
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -28,6 +31,7 @@ __all__ = [
     "Session",
     "is_loopback",
     "new_csrf",
+    "parse_proxies",
     "parse_tokens",
     "same_token",
 ]
@@ -53,6 +57,26 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_proxies(raw: str | Sequence[str] | None) -> tuple[Network, ...]:
+    """`--forwarded-allow-ips` as networks: addresses or networks, comma-separated (a bare address is a /32 or /128)."""
+    parts = raw.split(",") if isinstance(raw, str) else list(raw or ())
+    networks: list[Network] = []
+    for part in (p.strip() for p in parts):
+        if not part:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(part.strip("[]"), strict=False))
+        except ValueError:
+            raise AuthError(
+                f"--forwarded-allow-ips: {part[:60]!r} is not an IP address or network "
+                "(name your proxy's address, e.g. 127.0.0.1 or 10.0.0.0/24; '*' is not accepted)"
+            ) from None
+    return tuple(networks)
 
 
 def parse_tokens(raw: str | None) -> dict[str, str]:
@@ -106,10 +130,17 @@ class Auth:
         *,
         tokens: Mapping[str, str] | None = None,
         trusted_header: str | None = None,
+        forwarded_allow_ips: str | Sequence[str] | None = None,
         local_person: str = "local",
     ):
         self.tokens = dict(tokens or {})
         self.trusted_header = trusted_header.strip().lower() if trusted_header else None
+        self.proxies = parse_proxies(forwarded_allow_ips)
+        if self.trusted_header is not None and not self.proxies:
+            raise AuthError(
+                f"--trusted-header {trusted_header} needs --forwarded-allow-ips naming the proxy that sets it "
+                "(e.g. 127.0.0.1 when it runs on this machine): from any other peer the header is not believed"
+            )
         self.local_person = local_person
         self.failed_logins = 0
         self._sessions: dict[str, Session] = {}
@@ -153,11 +184,25 @@ class Auth:
             return None
         return self.person_for_token(value.strip())
 
-    def from_header(self, headers: Mapping[str, str]) -> str | None:
-        """The person the trusted proxy header names, or None."""
-        if self.trusted_header is None:
+    def trusts(self, peer: str | None) -> bool:
+        """Whether `peer` (the address a connection came from) is a proxy named by `--forwarded-allow-ips`."""
+        try:
+            address = ipaddress.ip_address(peer or "")
+        except ValueError:
+            return False
+        return any(address in network for network in self.proxies)
+
+    def from_header(self, headers: Mapping[str, str], peer: str | None) -> str | None:
+        """The person the trusted proxy header names, when the connection came from a trusted proxy; or None.
+
+        The header's bytes are read as UTF-8 (HTTP servers hand them over as Latin-1).
+        """
+        if self.trusted_header is None or not self.trusts(peer):
             return None
-        value = headers.get(self.trusted_header, "").strip()
+        try:
+            value = headers.get(self.trusted_header, "").encode("latin-1").decode("utf-8").strip()
+        except UnicodeError:
+            return None
         return value if value and value.isprintable() and len(value) <= 256 else None
 
     # --- sessions --------------------------------------------------------------------------
