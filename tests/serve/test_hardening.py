@@ -6,10 +6,12 @@ import asyncio
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -18,7 +20,8 @@ from click.testing import CliRunner
 
 import berth
 from berth._cli import cli
-from berth._serve import Auth, AuthError, Source, build_app, parse_proxies, parse_tokens
+from berth._serve import Auth, AuthError, Source, _auth, build_app, parse_proxies, parse_tokens
+from berth._serve._auth import FAILURE_WINDOW, FAILURES_ALLOWED
 from tests.serve.conftest import ALICE, IDENTITY, TOKENS, Park, Server, bearer, serving
 from tests.serve.test_auth import csrf_of, logged_in
 
@@ -294,3 +297,50 @@ def test_forwarded_for_and_proto_are_believed_only_from_the_proxies(
             assert any(f"failed login from {client}" in rec.getMessage() for rec in caplog.records), proxies
             ok = c.post("/login", data={"token": ALICE, "csrf": csrf_of(form.text)}, headers=forwarded)
             assert ok.status_code == 303 and ("secure" in ok.headers["set-cookie"].lower()) is secure
+
+
+# --- wrong tokens: counted, logged without the token, limited per client address ----------------------
+
+
+def test_wrong_bearer_tokens_are_counted_logged_and_limited_per_client(
+    tmp_path: Path, keyring: berth.Keyring, caplog: pytest.LogCaptureFixture
+) -> None:
+    auth = Auth(tokens=parse_tokens(TOKENS), forwarded_allow_ips="127.0.0.1")
+    attacker = {"X-Forwarded-For": "198.51.100.7"}
+    guesses = [f"guess-{n}-" + "z" * 30 for n in range(FAILURES_ALLOWED)]
+    with serving(tmp_path / "limited.db", keyring, auth) as server, httpx.Client(base_url=server.url) as c:
+        with caplog.at_level(logging.WARNING, logger="berth.serve"):
+            for guess in guesses[:-1]:
+                assert c.get("/api/questions", headers={**attacker, **bearer(guess)}).status_code == 401
+            metrics = c.get("/metrics", headers={**attacker, **bearer(ALICE)}).text
+            assert "\nberth_failed_tokens_total 9\n" in metrics and "\nberth_rate_limited_total 0\n" in metrics
+            assert c.get("/api/runs", headers={**attacker, **bearer(guesses[-1])}).status_code == 401
+        logged = [r.getMessage() for r in caplog.records if r.name == "berth.serve"]
+        assert sum("wrong bearer token from 198.51.100.7 on GET /api/" in line for line in logged) == FAILURES_ALLOWED
+        assert any("refused (429)" in line for line in logged)
+        assert not any(g in line for g in guesses for line in logged)  # never the token itself
+        limited = c.get("/api/questions", headers={**attacker, **bearer(ALICE)})  # even the right one, unchecked
+        assert limited.status_code == 429 and 0 < int(limited.headers["retry-after"]) <= FAILURE_WINDOW
+        assert "too many wrong tokens" in limited.json()["error"]
+        form = c.get("/login")
+        login = c.post("/login", data={"token": ALICE, "csrf": csrf_of(form.text)}, headers=attacker)
+        assert login.status_code == 429 and "berth_session" not in login.headers.get("set-cookie", "")
+        other = c.get("/api/questions", headers={"X-Forwarded-For": "198.51.100.8", **bearer(ALICE)})
+        assert other.status_code == 200  # another client address is not held up
+        assert auth.failed_tokens == FAILURES_ALLOWED and auth.rate_limited == 2
+
+
+def test_failed_logins_count_towards_the_limit_and_it_lifts_after_its_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(_auth, "time", SimpleNamespace(monotonic=lambda: now[0], time=time.time))
+    auth = Auth(tokens=parse_tokens(TOKENS))
+    for _ in range(FAILURES_ALLOWED):
+        assert auth.refused_for("10.0.0.1") == 0
+        assert auth.login("wrong-" + "x" * 30, "10.0.0.1") is None
+        now[0] += 1
+    assert auth.failed_logins == FAILURES_ALLOWED
+    assert auth.refused_for("10.0.0.1") == FAILURE_WINDOW - FAILURES_ALLOWED
+    assert auth.refused_for("10.0.0.2") == 0
+    now[0] += FAILURE_WINDOW - FAILURES_ALLOWED
+    assert auth.refused_for("10.0.0.1") == 0
+    assert auth.login(ALICE, "10.0.0.1") is not None

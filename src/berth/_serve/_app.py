@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import math
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -31,7 +32,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import berth
 from berth._serve import _views as views
-from berth._serve._auth import CSRF_COOKIE, SESSION_COOKIE, Auth, is_loopback, new_csrf, same_token
+from berth._serve._auth import (
+    CSRF_COOKIE,
+    FAILURE_WINDOW,
+    FAILURES_ALLOWED,
+    SESSION_COOKIE,
+    Auth,
+    is_loopback,
+    new_csrf,
+    same_token,
+)
 from berth._serve._inbox import Card, Inbox, Refused
 from berth._serve._openapi import OPENAPI
 
@@ -150,9 +160,10 @@ class _LogIn(Exception):
 
 
 class _Http(Exception):
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
+        self.headers = headers or {}
 
 
 def _templates() -> jinja2.Environment:
@@ -210,8 +221,37 @@ def create_app(
             return auth.local_person, request.cookies.get(CSRF_COOKIE) or ""
         raise _LogIn()
 
+    def client(request: Request) -> str:
+        return request.client.host if request.client else "?"
+
+    def token_limit(request: Request) -> None:
+        """Refuse (429) a token from a client address that gave too many wrong ones lately."""
+        wait = auth.refused_for(client(request))
+        if wait:
+            seconds = str(math.ceil(wait))
+            raise _Http(
+                429, f"too many wrong tokens from {client(request)}: try again in {seconds} s", {"retry-after": seconds}
+            )
+
+    def token_failed(request: Request, what: str) -> None:
+        peer = client(request)
+        log.warning("berth serve: %s from %s on %s %s", what, peer, request.method, request.url.path)
+        if auth.failed(peer, login=what == "failed login"):
+            log.warning(
+                "berth serve: %d wrong tokens from %s within %g s: its tokens are refused (429) for as long",
+                FAILURES_ALLOWED,
+                peer,
+                FAILURE_WINDOW,
+            )
+
     def api_person(request: Request) -> str:
-        person = auth.bearer(request.headers.get("authorization"))
+        authorization = request.headers.get("authorization")
+        person = None
+        if auth.presents_token(authorization):
+            token_limit(request)
+            person = auth.bearer(authorization)
+            if person is None:
+                token_failed(request, "wrong bearer token")
         person = person or auth.from_header(request.headers, request.scope.get("berth.peer"))
         if person is not None:
             return person
@@ -376,9 +416,15 @@ def create_app(
             return _plain(401, "sign in through the proxy in front of this inbox")
         csrf = request.cookies.get(CSRF_COOKIE) or ""
         form = await form_checked(request, csrf)
-        made = auth.login(str(form.get("token", "")))
+        try:
+            token_limit(request)
+        except _Http as exc:
+            limited = render("login.html", status=429, csrf=csrf, error=f"{exc}.", next=_local(form.get("next")))
+            limited.headers.update(exc.headers)
+            return limited
+        made = auth.login(str(form.get("token", "")), client(request))
         if made is None:
-            log.warning("berth serve: failed login from %s", request.client.host if request.client else "?")
+            token_failed(request, "failed login")
             csrf = csrf or new_csrf()
             refused = render(
                 "login.html", status=401, csrf=csrf, error="That token is not valid.", next=_local(form.get("next"))
@@ -502,9 +548,11 @@ def create_app(
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, _Http)
         if request.url.path.startswith("/api/") or request.url.path == "/metrics":
-            headers = {"www-authenticate": 'Bearer realm="berth"'} if exc.status == 401 else None
-            return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=headers)
-        return _plain(exc.status, str(exc))
+            headers = {"www-authenticate": 'Bearer realm="berth"'} if exc.status == 401 else {}
+            return JSONResponse({"error": str(exc)}, status_code=exc.status, headers={**headers, **exc.headers})
+        response = _plain(exc.status, str(exc))
+        response.headers.update(exc.headers)
+        return response
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> Any:

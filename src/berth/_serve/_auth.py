@@ -5,9 +5,13 @@ or a trusted header. Once either is configured every request needs it, loopback
 included. The trusted header, like X-Forwarded-For and -Proto, is believed only
 from the proxies named by `--forwarded-allow-ips` (addresses or networks; none
 by default, and a trusted header without them is refused at start-up), and is
-read as UTF-8. `BERTH_SERVE_TOKEN` is one token, or several `person:token` pairs
-separated by commas; the person a token names is who its answers are recorded
-as (a bare token names `token-holder`). The page logs in with a token and keeps
+read as UTF-8. Wrong tokens (API or login) are counted and limited per client
+address: after `FAILURES_ALLOWED` in `FAILURE_WINDOW` seconds, that address gets
+429 on every token it presents until the window has passed.
+
+`BERTH_SERVE_TOKEN` is one token, or several `person:token` pairs separated by
+commas; the person a token names is who its answers are recorded as (a bare
+token names `token-holder`). The page logs in with a token and keeps
 a server-side session behind an HttpOnly, SameSite=Strict cookie; logging out
 ends the session. Every form carries a CSRF token: the session's own, or before
 login (and on loopback without authentication) a double-submit cookie.
@@ -20,11 +24,14 @@ import ipaddress
 import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
     "CSRF_COOKIE",
+    "FAILURES_ALLOWED",
+    "FAILURE_WINDOW",
     "SESSION_COOKIE",
     "Auth",
     "AuthError",
@@ -40,6 +47,9 @@ SESSION_COOKIE = "berth_session"
 CSRF_COOKIE = "berth_csrf"
 SESSION_SECONDS = 12 * 3600
 BARE_TOKEN_PERSON = "token-holder"
+FAILURES_ALLOWED = 10
+FAILURE_WINDOW = 60.0
+_FAILING_PEERS = 10_000  # addresses remembered at most
 _MIN_TOKEN = 32
 _MIN_TOKEN_CHARS = 8
 _MAKE_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
@@ -143,6 +153,9 @@ class Auth:
             )
         self.local_person = local_person
         self.failed_logins = 0
+        self.failed_tokens = 0
+        self.rate_limited = 0
+        self._failures: dict[str, deque[float]] = {}
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
 
@@ -205,14 +218,48 @@ class Auth:
             return None
         return value if value and value.isprintable() and len(value) <= 256 else None
 
+    def presents_token(self, authorization: str | None) -> bool:
+        """Whether an `Authorization` header offers a bearer token to check (tokens are configured)."""
+        scheme, _, value = (authorization or "").partition(" ")
+        return bool(self.tokens) and scheme.lower() == "bearer" and bool(value.strip())
+
+    # --- wrong tokens, per client address ---------------------------------------------------
+
+    def refused_for(self, peer: str) -> float:
+        """Seconds until `peer` may present a token again (0: it may now); a refusal is counted."""
+        now = time.monotonic()
+        with self._lock:
+            times = self._failures.get(peer)
+            if times is None or len(times) < FAILURES_ALLOWED or now - times[0] >= FAILURE_WINDOW:
+                return 0.0
+            self.rate_limited += 1
+            return FAILURE_WINDOW - (now - times[0])
+
+    def failed(self, peer: str, *, login: bool) -> bool:
+        """Count a wrong token from `peer`; whether that reached the limit (it is refused from now on)."""
+        now = time.monotonic()
+        with self._lock:
+            if login:
+                self.failed_logins += 1
+            else:
+                self.failed_tokens += 1
+            times = self._failures.pop(peer, None) or deque(maxlen=FAILURES_ALLOWED)
+            times.append(now)
+            self._failures[peer] = times  # re-inserted: the dict runs from the least recently failing
+            if len(self._failures) > _FAILING_PEERS:
+                for old in [p for p, t in self._failures.items() if now - t[-1] >= FAILURE_WINDOW]:
+                    del self._failures[old]
+                while len(self._failures) > _FAILING_PEERS:
+                    del self._failures[next(iter(self._failures))]
+            return len(times) == FAILURES_ALLOWED and now - times[0] < FAILURE_WINDOW
+
     # --- sessions --------------------------------------------------------------------------
 
-    def login(self, token: str) -> tuple[str, Session] | None:
-        """A new session for the person `token` names, or None (and a failed login counted)."""
+    def login(self, token: str, peer: str = "?") -> tuple[str, Session] | None:
+        """A new session for the person `token` names, or None (and a failed login counted against `peer`)."""
         person = self.person_for_token(token)
         if person is None:
-            with self._lock:
-                self.failed_logins += 1
+            self.failed(peer, login=True)
             return None
         sid = secrets.token_urlsafe(32)
         session = Session(person, time.time() + SESSION_SECONDS, secrets.token_urlsafe(32))

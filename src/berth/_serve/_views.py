@@ -150,5 +150,14 @@ def metrics_text(inbox: Inbox, auth: Auth, snap: Snapshot) -> str:
     ]
     metric("berth_answers_total", "counter", "Answers recorded by this server.", answers)
     metric("berth_failed_logins_total", "counter", "Login attempts with a wrong token.", [("", auth.failed_logins)])
+    metric(
+        "berth_failed_tokens_total", "counter", "API requests with a wrong bearer token.", [("", auth.failed_tokens)]
+    )
+    metric(
+        "berth_rate_limited_total",
+        "counter",
+        "Tokens refused unchecked (429): too many wrong ones from one client address.",
+        [("", auth.rate_limited)],
+    )
     metric("berth_listing_seconds", "gauge", "How long the last listing of every header took.", [("", snap.took)])
     return "\n".join(lines) + "\n"
