@@ -24,7 +24,7 @@ import berth.aio
 from berth._plan import INLINE, Call, run
 from berth.backends import open_backend
 from berth.backends.memory import MemoryBackend
-from berth.testing import AsyncStoreContract, StoreContract, make_envelope
+from berth.testing import AsyncStoreContract, RecordingBackend, StoreContract, make_envelope
 from tests.conftest import require
 
 IDENTITY = "wit"
@@ -810,8 +810,26 @@ class TestWitnessedContract(StoreContract):
         report = make_store(accept_plaintext=True).reseal()
         assert report == 0 and report.failed == 1
 
-    def test_reseal_loses_to_a_concurrent_save(self, make_store: Callable[..., berth.Store]) -> None:  # type: ignore[override]
-        self.test_reseal_moves_plaintext_to_the_sealer(make_store)
+    def test_reseal_loses_to_a_concurrent_save(  # type: ignore[override]
+        self, make_store: Callable[..., berth.Store], backend_opener: Callable[[], Any]
+    ) -> None:
+        # Witnessed: the save lands between the reseal's read and its conditional write (under the
+        # key a rotation made current): the save wins, the reseal skips the key, the witness agrees.
+        keyring = berth.Keyring.generate()
+        make_store(sealer=berth.AesGcmSealer(keyring)).save("k", make_envelope("old"))
+        current = berth.AesGcmSealer(keyring.rotate())
+        writer = make_store(sealer=current)
+        recorder = RecordingBackend(
+            backend_opener(), before_conditional_put=lambda _name: writer.save("k", make_envelope("new"))
+        )
+        report = make_store(backend=recorder, sealer=current).reseal()
+        assert report == 0 and report.skipped == 1 and report.failed == 0, repr(report)
+        (listed,) = writer.list()
+        assert listed.sealed_by == f"{current.name}:{current.key_id}"
+        parked = writer.load("k")
+        assert parked is not None and parked.envelope.run_id == "new"
+        assert writer.audit().ok
+        assert writer.claim("k") is not None and writer.audit().ok
 
 
 class TestWitnessedAsyncContract(AsyncStoreContract, TestWitnessedContract):

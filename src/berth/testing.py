@@ -111,11 +111,16 @@ class RecordingBackend(Backend):
         inner: Backend,
         before_delete: Callable[[str], object] | None = None,
         before_conditional_put: Callable[[str], object] | None = None,
+        after_listing: Callable[[str], object] | None = None,
     ):
+        """`before_delete`, `before_conditional_put`: called once, with the name, before the first such
+        write. `after_listing`: called once, with the prefix, when `heads` has listed every frame
+        under it and before it hands any of them over (a sweep's or a prefix delete's listing)."""
         self.inner = as_backend(inner)
         self.calls: list[str] = []
         self._before_delete = before_delete
         self._before_conditional_put = before_conditional_put
+        self._after_listing = after_listing
 
     def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
         self.calls.append("put")
@@ -141,7 +146,12 @@ class RecordingBackend(Backend):
 
     def heads(self, prefix: str, size: int) -> Iterator[Head]:
         self.calls.append("heads")
-        return self.inner.heads(prefix, size)
+        if self._after_listing is None:
+            return self.inner.heads(prefix, size)
+        hook, self._after_listing = self._after_listing, None
+        rows = list(self.inner.heads(prefix, size))
+        hook(prefix)
+        return iter(rows)
 
     def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Iterator[Head]:
         self.calls.append("sorted_heads")
@@ -826,6 +836,22 @@ class StoreContract:
         assert sweeper.sweep() == 0
         parked = writer.load("k")
         assert parked is not None and parked.envelope.run_id == "new"
+
+    def test_save_between_a_sweeps_listing_and_its_delete_survives(
+        self, make_store: Callable[..., Store], backend_opener: Callable[[], Backend], clock: FakeClock
+    ) -> None:
+        # Deterministic: the re-save lands once the sweep has listed the expired frame, before the
+        # sweep reads anything else: only a delete conditional on the listed token spares it.
+        writer = make_store()
+        writer.save("k", make_envelope("old", deadline=clock.now - timedelta(seconds=1)))
+        recorder = RecordingBackend(
+            backend_opener(), after_listing=lambda _prefix: writer.save("k", make_envelope("new"))
+        )
+        sweeper = make_store(backend=recorder)
+        assert sweeper.sweep() == 0
+        parked = writer.load("k")
+        assert parked is not None and parked.envelope.run_id == "new"
+        assert sweeper.sweep() == 0
 
     def test_save_racing_a_sweep_in_threads(self, make_store: Callable[..., Store], clock: FakeClock) -> None:
         writer, sweeper = make_store(), make_store()

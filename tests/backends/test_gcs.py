@@ -447,6 +447,7 @@ EMULATOR_CANNOT = {
     "test_resave_of_identical_envelope_still_advances_generation": "emulator ignores ifGenerationMatch on delete",
     "test_save_racing_a_sweep_survives": "emulator ignores ifGenerationMatch on delete",
     "test_save_racing_a_sweep_in_threads": "emulator ignores ifGenerationMatch on delete",
+    "test_save_between_a_sweeps_listing_and_its_delete_survives": "emulator ignores ifGenerationMatch on delete",
     "test_save_if_match_is_compare_and_set": "emulator ignores ifGenerationMatch on delete",
     "test_save_racing_a_delete_prefix_survives": "emulator ignores ifGenerationMatch on delete",
     # Its filesystem backend stores `a` as a file, so it cannot also hold `a/b` under a directory `a`.
