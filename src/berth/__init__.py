@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     )
     from berth._kms_sealer import KmsSealer
     from berth._multi import MultiSealer
+    from berth._notify import Webhook, verify_webhook
     from berth._plaintext import PlaintextSealer
     from berth._questions import (
         Answer,
@@ -133,6 +134,7 @@ __all__ = [
     "ToolRequest",
     "Wake",
     "WakeDecision",
+    "Webhook",
     "aio",
     "check_resumable",
     "checkpoint_store",
@@ -145,4 +147,5 @@ __all__ = [
     "open_store",
     "save_checkpoint",
     "sealer_from_env",
+    "verify_webhook",
 ]

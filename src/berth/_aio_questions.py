@@ -8,6 +8,7 @@ here against `AsyncStore`s.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,6 +17,7 @@ from berth._aio_store import AsyncStore
 from berth._coordinator import Coordinator as SyncCoordinator
 from berth._coordinator import Wake
 from berth._envelope import Envelope
+from berth._notify import Webhook
 from berth._plan import arun
 from berth._questions import NAMESPACE, Answer, Decision, Question, QuestionStore, ToolRequest
 from berth._sealer import Sealer
@@ -41,6 +43,7 @@ class AsyncQuestionStore:
         accept_plaintext: bool = False,
         max_record_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
         clock: Callable[[], datetime] | None = None,
+        notify: Webhook | None = None,
     ):
         """Wrap an async backend (arguments as `berth.QuestionStore`'s)."""
         options: dict[str, Any] = {
@@ -49,7 +52,9 @@ class AsyncQuestionStore:
             "accept_plaintext": accept_plaintext,
             "clock": clock,
         }
-        self._sync = QuestionStore(sync_twin(backend), max_record_bytes=max_record_bytes, **options)
+        self._sync = QuestionStore(sync_twin(backend), max_record_bytes=max_record_bytes, notify=notify, **options)
+        self.notify = self._sync.notify
+        """Told of every question asked and answer given through this store, as `QuestionStore.notify`."""
         # The sync store's decisions (its core), awaited against the namespace's frames as an AsyncStore.
         self._core = self._sync.core
         self._frames = AsyncStore(backend, max_envelope_bytes=max_record_bytes, namespace=NAMESPACE, **options)
@@ -75,7 +80,9 @@ class AsyncQuestionStore:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Release the backend's connections and threads."""
+        """Release the backend's connections and threads; with `notify`, first wait (off the loop) for its queue."""
+        if self.notify is not None:
+            await asyncio.to_thread(self.notify.flush, self.notify.close_timeout)
         await self._frames.aclose()
 
     async def ask(
@@ -90,7 +97,10 @@ class AsyncQuestionStore:
         tool: ToolRequest | None = None,
     ) -> Question:
         """Ask a human `prompt` about the run parked under `key`, as `QuestionStore.ask`."""
-        return await arun(self._core.ask(key, prompt, run_id, question_id, deadline, accepts, tool), self._targets)
+        question = await arun(self._core.ask(key, prompt, run_id, question_id, deadline, accepts, tool), self._targets)
+        if self.notify is not None:
+            self.notify.asked(self.identity, question, deadline)  # queued: never waits, never raises
+        return question
 
     async def pending(self, key: str) -> Question | None:
         """The question pending under `key`, as `QuestionStore.pending`."""
@@ -115,7 +125,10 @@ class AsyncQuestionStore:
         arguments: Mapping[str, Any] | None = None,
     ) -> Answer:
         """Answer the pending question under `key`, as `QuestionStore.provide` (decisions included)."""
-        return await arun(self._core.provide(key, question_id, text, by, decision, arguments), self._targets)
+        answer = await arun(self._core.provide(key, question_id, text, by, decision, arguments), self._targets)
+        if self.notify is not None:
+            self.notify.answered(self.identity, key, answer)
+        return answer
 
     async def consume(self, key: str, question_id: str) -> bool:
         """Remove question `question_id` under `key` if still pending, as `QuestionStore.consume`."""

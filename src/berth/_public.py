@@ -27,6 +27,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "berth._kms_sealer": ("KmsSealer",),
     "berth._multi": ("MultiSealer",),
+    "berth._notify": ("Webhook", "verify_webhook"),
     "berth._plaintext": ("PlaintextSealer",),
     "berth._questions": (
         "Answer", "AnswerRefused", "Decision", "InvalidAnswer", "Question", "QuestionStore", "ToolRequest",

@@ -49,6 +49,7 @@ import msgspec
 from berth._envelope import Envelope
 from berth._errors import BackendError, BerthError, FormatError, IntegrityError, InvalidKey, TokenMismatch, where
 from berth._keys import validate_identity, validate_key
+from berth._notify import Webhook, as_webhook
 from berth._plan import Plan, call, run
 from berth._public import publish
 from berth._sealer import Sealer
@@ -659,6 +660,7 @@ class QuestionStore:
         accept_plaintext: bool = False,
         max_record_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
         clock: Callable[[], datetime] | None = None,
+        notify: Webhook | None = None,
     ):
         self.core = QuestionCore(identity=identity, clock=clock)
         """Every decision this store makes, as plans (shared with `berth.aio.AsyncQuestionStore`)."""
@@ -673,6 +675,8 @@ class QuestionStore:
             namespace=NAMESPACE,
         )
         self._targets = {"frames": self._frames}
+        self.notify = as_webhook(notify)
+        """Told of every question asked and answer given through this store (None: nobody is told)."""
 
     def __repr__(self) -> str:
         return (
@@ -692,7 +696,9 @@ class QuestionStore:
         return self._frames.backend
 
     def close(self) -> None:
-        """Release the backend's connections."""
+        """Release the backend's connections; with `notify`, first wait up to its `close_timeout` for its queue."""
+        if self.notify is not None:
+            self.notify.flush(self.notify.close_timeout)
         self._frames.close()
 
     def now(self) -> datetime:
@@ -733,7 +739,10 @@ class QuestionStore:
             TypeError: `prompt`, `run_id` or `question_id` is not a str, `tool` not a `ToolRequest`.
             BackendError: the write failed; an earlier question, if any, may still be pending.
         """
-        return run(self.core.ask(key, prompt, run_id, question_id, deadline, accepts, tool), self._targets)
+        question = run(self.core.ask(key, prompt, run_id, question_id, deadline, accepts, tool), self._targets)
+        if self.notify is not None:
+            self.notify.asked(self.identity, question, deadline)  # queued: never waits, never raises
+        return question
 
     def pending(self, key: str) -> Question | None:
         """The question the run parked under `key` waits on: asked and not yet consumed.
@@ -821,7 +830,10 @@ class QuestionStore:
                 one, consumed, or never asked), or it was already answered differently.
             BackendError: the backend failed; the answer may or may not be stored.
         """
-        return run(self.core.provide(key, question_id, text, by, decision, arguments), self._targets)
+        answer = run(self.core.provide(key, question_id, text, by, decision, arguments), self._targets)
+        if self.notify is not None:
+            self.notify.answered(self.identity, key, answer)
+        return answer
 
     def consume(self, key: str, question_id: str) -> bool:
         """Remove question `question_id` (and its answer) under `key`, if it is still the pending one.
@@ -869,6 +881,7 @@ def open_questions(
     sealer: Sealer | None = None,
     accept_plaintext: bool = False,
     clock: Callable[[], datetime] | None = None,
+    notify: Webhook | None = None,
     **options: Any,
 ) -> QuestionStore:
     """Open the question store at `url`: the same schemes and backends as `open_store`.
@@ -879,15 +892,21 @@ def open_questions(
         sealer: seals prompts and answers; None stores them readable (development only).
         accept_plaintext: let a sealed store read plaintext records.
         clock: returns "now" as an aware datetime (tests inject one).
+        notify: a `berth.Webhook` told of every question asked and answer given through this store
+            (queued and sent in the background: a park never waits on it; docs/notifications.md).
         **options: passed to the backend.
 
     Raises:
         InvalidKey: the identity is invalid (before any I/O).
+        TypeError: `notify` is not a `berth.Webhook` (before any I/O).
         BerthError: unknown scheme, or its extra is not installed.
     """
     validate_identity(identity)
+    as_webhook(notify)
     backend = open_backend(url, **options)
-    return QuestionStore(backend, identity=identity, sealer=sealer, accept_plaintext=accept_plaintext, clock=clock)
+    return QuestionStore(
+        backend, identity=identity, sealer=sealer, accept_plaintext=accept_plaintext, clock=clock, notify=notify
+    )
 
 
 publish(globals())  # its public names read as berth.X

@@ -28,6 +28,7 @@ from typing import Any
 from berth._aio_questions import AsyncQuestionStore, Coordinator
 from berth._aio_store import OFF_LOOP_BYTES, AsyncStore
 from berth._keys import validate_identity
+from berth._notify import Webhook, as_webhook
 from berth._sealer import Sealer
 from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, store_sealer
 from berth.backends import async_backend_class, credentials_hidden
@@ -108,14 +109,22 @@ def open_questions(
     accept_plaintext: bool = False,
     clock: Callable[[], datetime] | None = None,
     max_threads: int = DEFAULT_MAX_THREADS,
+    notify: Webhook | None = None,
     **options: Any,
 ) -> AsyncQuestionStore:
     """Open an `AsyncQuestionStore` by URL; arguments as `berth.open_questions`, plus `max_threads`.
 
+    `notify` (a `berth.Webhook`) is told of every question asked and answer given: queued, and sent by
+    the webhook's own threads, so an awaited `ask` never waits on the receiver.
+
     Raises:
         InvalidKey: the identity is invalid (before any I/O).
+        TypeError: `notify` is not a `berth.Webhook` (before any I/O).
         BerthError: unknown scheme, or its extra is not installed.
     """
     validate_identity(identity)
+    as_webhook(notify)
     backend = open_backend(url, max_threads=max_threads, **options)
-    return AsyncQuestionStore(backend, identity=identity, sealer=sealer, accept_plaintext=accept_plaintext, clock=clock)
+    return AsyncQuestionStore(
+        backend, identity=identity, sealer=sealer, accept_plaintext=accept_plaintext, clock=clock, notify=notify
+    )
