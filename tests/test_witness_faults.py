@@ -308,3 +308,45 @@ def test_a_sweep_reports_every_frame_it_removed(mode: str, portal: _Portal) -> N
         world.check_audit(keys)
 
     assert _every_fault(mode, portal, setup, sweep, check) == 6
+
+
+def test_a_claim_still_delivers_when_the_note_cannot_be_written_either(portal: _Portal) -> None:
+    """The witness down after the delete and the store failing the note too: the run is still delivered
+    once; nothing is noted, and the next save of the key settles the record."""
+    world = World("sync", portal)
+    world.clean().save(KEY, make_envelope("r1"))
+    world.faults.reset(witness_down_from=3)
+    store = world.faulted()
+    real = store.backend.put
+
+    def put(name: str, data: bytes, **kwargs: Any) -> Token:
+        if ":unsettled/" in name:
+            raise berth.BackendError("injected: the note's write")
+        return real(name, data, **kwargs)
+
+    store.backend.put = put  # type: ignore[method-assign]
+    claimed = store.claim(KEY)
+    assert claimed is not None and claimed.run_id == "r1"
+    world.faults.disarm()
+    clean = world.clean()
+    assert clean.claim(KEY) is None and clean.load(KEY) is None
+    report = clean.audit()
+    assert report.ok and report.unsettled == ()
+    clean.save(KEY, make_envelope("r2"))
+    assert (again := clean.claim(KEY)) is not None and again.run_id == "r2" and clean.audit().ok
+
+
+def test_audit_keeps_a_note_it_cannot_settle(portal: _Portal) -> None:
+    world = World("sync", portal)
+    world.clean().save(KEY, make_envelope("r1"))
+    world.faults.reset(witness_down_from=3)
+    assert world.faulted().claim(KEY) is not None
+    world.faults.disarm()
+    witness = MemoryBackend.from_url(f"memory://w{world.tag}")
+    name = f"{IDENTITY}:witness/{KEY}"
+    found = witness.get(name)
+    assert found is not None
+    witness.put(name, bytes(found[0][:-1]) + b"!")  # the record edited: it no longer opens
+    for _ in range(2):  # reported each time, until the record can be settled
+        report = world.clean().audit()
+        assert report.tampered == (KEY,) and report.unsettled == (KEY,)
