@@ -324,7 +324,7 @@ def test_a_claim_still_delivers_when_the_note_cannot_be_written_either(portal: _
             raise berth.BackendError("injected: the note's write")
         return real(name, data, **kwargs)
 
-    store.backend.put = put  # type: ignore[method-assign]
+    store.backend.put = put
     claimed = store.claim(KEY)
     assert claimed is not None and claimed.run_id == "r1"
     world.faults.disarm()
