@@ -70,7 +70,7 @@ def graph(saver: Any) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-async def resumer(url: str, keyring: str, answer: str) -> Any:
+async def resumer(url: str, keyring: str, answer: dict[str, str]) -> Any:
     sealer = berth.AesGcmSealer(berth.Keyring.load(keyring))
     async with berth.aio.open_store(url, identity=IDENTITY, sealer=sealer) as store:
         return await berth.langgraph.aresume_once(graph(berth.langgraph.AsyncBerthSaver(store)), CONFIG, answer)
@@ -92,7 +92,7 @@ async def main(url: str, keyring: str, answer: str) -> int:
 
     def race(name: str) -> None:
         barrier.wait()
-        outcomes[name] = asyncio.run(resumer(url, keyring, given.text))
+        outcomes[name] = asyncio.run(resumer(url, keyring, {given.question_id: given.text}))
 
     threads = [threading.Thread(target=race, args=(f"resumer-{i}",)) for i in range(1, WAKERS + 1)]
     for t in threads:

@@ -40,6 +40,7 @@ from scripts._commit import measured_commit  # noqa: E402
 from tests._moto import moto_command  # noqa: E402
 from tests._net import free_port, wait_http  # noqa: E402
 from tests.reliability import (  # noqa: E402
+    test_answers,
     test_crash,
     test_faults,
     test_fuzz,
@@ -63,6 +64,7 @@ SCENARIOS = [
     "faults",
     "server-crash",
     "hostile",
+    "answers",
 ]
 NETWORK = ["postgresql", "redis", "s3", "gcs"]
 UNRECORDED = "-"  # the commit of a row measured before rows named theirs (its run line above may name it)
@@ -78,6 +80,7 @@ TITLES = {
     "faults": "server faults: cut / down / lost response mid save, load, claim",
     "server-crash": "server crash: SIGKILL + restart mid save, load, claim",
     "hostile": "hostile: attacks at the seams (issue 12)",
+    "answers": test_answers.TITLE,
 }
 LONG = {
     "fuzz": 110_000,
@@ -94,6 +97,7 @@ LONG = {
     "hostile-kills": 100,
     "hostile-deadline": 20_000,
     "hostile-kms": 40,
+    "answers": 200,
 }
 QUICK = {
     "fuzz": 420,
@@ -110,6 +114,7 @@ QUICK = {
     "hostile-kills": 8,
     "hostile-deadline": 300,
     "hostile-kms": 2,
+    "answers": 10,
 }
 
 
@@ -248,6 +253,8 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
             )
     if "hostile" in args.only:
         yield from _hostile(n, work, local, network, addresses)
+    if "answers" in args.only and "sqlite" in args.backends and importlib.util.find_spec("langgraph"):
+        yield "answers", "sqlite", lambda: test_answers.run_answers(n["answers"], work / "answers")
     if "server-crash" in args.only:
         for backend, cls in (("postgresql", test_faults.PrivatePostgres), ("redis", test_faults.PrivateRedis)):
             if backend not in args.backends:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -456,7 +457,9 @@ def test_a_resume_map_resumes_only_the_interrupts_it_names(tmp_path: Path) -> No
     out = resume_once(graph, config, {a_id: "yes"})
     assert [i.id for i in out["__interrupt__"]] == [b_id] and ran == [("a", "yes")]
     assert resume_once(graph, config, {a_id: "again"}) is None  # a is answered: its claim is taken
-    assert resume_once(graph, config, "no") == {"log": ["a=yes", "b=no", "join"]}  # one left: a plain value
+    # one left, but a plain value cannot prove it was given for b (an interrupt here was resumed): nothing
+    assert resume_once(graph, config, "no") is None and ran == [("a", "yes")]
+    assert resume_once(graph, config, {b_id: "no"}) == {"log": ["a=yes", "b=no", "join"]}
     assert ran == [("a", "yes"), ("b", "no"), ("join", ["a=yes", "b=no"])]
 
 
@@ -547,3 +550,296 @@ def berth_deadline(seconds: int) -> Any:
     from datetime import datetime, timedelta, timezone
 
     return datetime.now(timezone.utc) + timedelta(seconds=seconds)
+
+
+# -- issue 29: answers bound to their interrupt, deadlines behind the lease, cancellation ----------------
+
+
+def _two_step_graph(saver: Any, ran: list[Any]) -> Any:
+    """`push` asks "push to main?", then `deploy` asks "deploy to production?": two interrupts in turn."""
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import interrupt
+
+    class State(TypedDict, total=False):
+        push: str
+        deploy: str
+
+    def push(state: State) -> State:
+        answer = interrupt("push to main?")
+        ran.append(("push", answer))
+        return {"push": answer}
+
+    def deploy(state: State) -> State:
+        answer = interrupt("deploy to production?")
+        ran.append(("deploy", answer))
+        return {"deploy": answer}
+
+    builder = StateGraph(State)
+    builder.add_node("push", push)
+    builder.add_node("deploy", deploy)
+    builder.add_edge(START, "push")
+    builder.add_edge("push", "deploy")
+    builder.add_edge("deploy", END)
+    return builder.compile(checkpointer=saver)
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_delivered_again_answer_never_answers_the_next_interrupt(face: str, tmp_path: Path) -> None:
+    from berth.langgraph import aresume_once, resume_once
+
+    url, sealer = f"sqlite:///{tmp_path}/b.db", _sealer()
+    ran: list[Any] = []
+
+    async def go() -> None:
+        async with berth.aio.open_store(url, identity="ops", sealer=sealer) as astore:
+            graph = _two_step_graph(AsyncBerthSaver(astore), ran)
+
+            async def resume(config: Any, value: Any) -> Any:
+                return await aresume_once(graph, config, value)
+
+            await check(graph, resume)
+
+    async def check(graph: Any, resume: Any) -> None:
+        # bound: the answer names its interrupt; once the thread moved on, a repeat of it answers nothing
+        bound = {"configurable": {"thread_id": "bound"}}
+        (push,) = graph.invoke({}, bound)["__interrupt__"]
+        out = await resume(bound, {push.id: "yes"})
+        (deploy,) = out["__interrupt__"]
+        assert deploy.value == "deploy to production?" and deploy.id != push.id
+        assert await resume(bound, {push.id: "yes"}) is None
+        assert await resume(bound, {deploy.id: "go"}) == {"push": "yes", "deploy": "go"}
+        # plain: it answers the thread's first interrupt; delivered again after that, it answers nothing
+        plain = {"configurable": {"thread_id": "plain"}}
+        graph.invoke({}, plain)
+        assert "__interrupt__" in await resume(plain, "yes")
+        assert await resume(plain, "yes") is None
+        assert [i.value for i in graph.get_state(plain).interrupts] == ["deploy to production?"]
+        assert ran == [("push", "yes"), ("deploy", "go"), ("push", "yes")]
+
+    if face == "async":
+        asyncio.run(go())
+    else:
+        graph = _two_step_graph(BerthSaver(berth.open_store(url, identity="ops", sealer=sealer)), ran)
+
+        async def resume(config: Any, value: Any) -> Any:
+            return resume_once(graph, config, value)
+
+        asyncio.run(check(graph, resume))
+
+
+def test_a_plain_value_answers_nothing_beside_a_question_left_by_a_resume_outside_berth(tmp_path: Path) -> None:
+    from langgraph.types import Command
+
+    from berth.langgraph import resume_once
+
+    ran: list[Any] = []
+    config = {"configurable": {"thread_id": "t"}}
+    graph = _two_step_graph(BerthSaver(berth.open_store(f"sqlite:///{tmp_path}/b.db", identity="ops",
+                                                        sealer=_sealer())), ran)  # fmt: skip
+    graph.invoke({}, config)
+    graph.invoke(Command(resume="yes"), config)  # LangGraph alone: the push question stays open
+    assert resume_once(graph, config, "yes") is None and ran == [("push", "yes")]
+
+
+def test_a_resumer_waiting_for_the_run_lease_never_runs_past_the_deadline(tmp_path: Path) -> None:
+    import threading
+    from datetime import datetime, timedelta, timezone
+
+    from berth.langgraph import resume_once
+
+    url, sealer = f"sqlite:///{tmp_path}/b.db", _sealer()
+    shift = [timedelta(0)]
+
+    def clock() -> datetime:
+        return datetime.now(timezone.utc) + shift[0]
+
+    store = berth.open_store(url, identity="ops", sealer=sealer, clock=clock)
+    ran: list[Any] = []
+    config = {"configurable": {"thread_id": "t1"}}
+    graph = _branches_graph(BerthSaver(store), ran)
+    ids = {item.value: item.id for item in graph.invoke({"log": []}, config)["__interrupt__"]}
+    cid = graph.checkpointer.get_tuple(config).config["configurable"]["checkpoint_id"]
+    lease = f"langgraph/t1/~/l/{cid}"
+    # another branch's resume holds the run lease, for long
+    token = store.save(lease, berth.Envelope(provider="langgraph", provider_state={}, deadline=berth_deadline(86400)))
+    caught: list[BaseException] = []
+    started = threading.Event()
+
+    def waiter() -> None:
+        started.set()
+        try:
+            resume_once(graph, config, {ids["may a go ahead?"]: "yes"}, deadline=timedelta(hours=1))
+        except BaseException as exc:
+            caught.append(exc)
+
+    worker = threading.Thread(target=waiter)
+    worker.start()
+    started.wait(5)
+    time.sleep(0.2)  # it claimed its interrupt and polls the lease
+    shift[0] = timedelta(hours=2)  # the deadline passes while it waits
+    worker.join(timeout=5)
+    store.delete(lease, token)
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert len(caught) == 1 and isinstance(caught[0], berth.Expired) and ran == []
+    assert list(store.list("langgraph/t1/~/l/")) == []
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_aresume_once_that_wins_leaves_no_lease_frame(flavour: str, tmp_path: Path) -> None:
+    from berth.langgraph import aresume_once
+
+    url, sealer = f"sqlite:///{tmp_path}/b.db", _sealer()
+    ran: list[Any] = []
+    config = {"configurable": {"thread_id": "t1"}}
+
+    async def go() -> Any:
+        async with berth.aio.open_store(url, identity="ops", sealer=sealer) as astore:
+            saver = AsyncBerthSaver(astore) if flavour == "async" else BerthSaver(astore.sync)
+            graph = _approval_graph(saver, ran)
+            await graph.ainvoke({"action": "deploy"}, config)
+            (asked,) = (await graph.aget_state(config)).interrupts
+            return await aresume_once(graph, config, {asked.id: "approve"})
+
+    assert asyncio.run(go()) == {"action": "deploy", "verdict": "approve"} and ran == ["approve"]
+    store = berth.open_store(url, identity="ops", sealer=sealer)
+    kinds = sorted({listing.key.split("/")[3] for listing in store.list("langgraph/t1/")})
+    assert kinds == ["c", "r"]  # checkpoints and the claim record: no lease, no open question
+
+
+class _Cancelling:
+    """Cancels the task it is given at its `at`-th step: a saver call or a store call of aresume_once's."""
+
+    def __init__(self, at: int):
+        self.at, self.seen = at, 0
+        self.victim: asyncio.Task[Any] | None = None
+
+    def tick(self) -> None:
+        self.seen += 1
+        if self.seen == self.at and self.victim is not None:
+            self.victim.cancel()
+
+
+def _cancelling_saver(base: type, cancel: _Cancelling) -> Any:
+    """`base` (a berth saver class) whose every awaited call counts as a step of `cancel`'s."""
+
+    class Ticking:
+        def __init__(self, inner: Any):
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            method = getattr(self.inner, name)
+
+            async def ticked(*args: Any, **kwargs: Any) -> Any:
+                cancel.tick()
+                return await method(*args, **kwargs)
+
+            return ticked
+
+    class Saver(base):  # type: ignore[misc, valid-type]
+        def _async_targets(self) -> dict[str, Any]:
+            return {"io": Ticking(super()._async_targets()["io"])}
+
+        async def aget_tuple(self, config: Any) -> Any:
+            cancel.tick()
+            return await super().aget_tuple(config)
+
+        async def aput(self, *args: Any, **kwargs: Any) -> Any:
+            cancel.tick()
+            return await super().aput(*args, **kwargs)
+
+        async def aput_writes(self, *args: Any, **kwargs: Any) -> Any:
+            cancel.tick()
+            return await super().aput_writes(*args, **kwargs)
+
+    return Saver
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_aresume_once_cancelled_at_every_await_point_leaves_the_interrupt_resumable(
+    flavour: str, tmp_path: Path
+) -> None:
+    """Cancel the n-th await of aresume_once, n = 1, 2, ... until one runs to its end: never lost, never twice."""
+    from berth.langgraph import aresume_once
+
+    url, sealer = f"sqlite:///{tmp_path}/b.db", _sealer()
+    outcomes: Counter[str] = Counter()
+
+    async def trial(at: int) -> bool:
+        ran: list[Any] = []
+        cancel = _Cancelling(at)
+        config = {"configurable": {"thread_id": f"t{at}"}}
+        async with berth.aio.open_store(url, identity="ops", sealer=sealer) as astore:
+            if flavour == "async":
+                saver = _cancelling_saver(AsyncBerthSaver, cancel)(astore)
+            else:
+                saver = _cancelling_saver(BerthSaver, cancel)(astore.sync)
+            graph = _approval_graph(saver, ran)
+            await graph.ainvoke({"action": "deploy"}, config)
+            (asked,) = (await graph.aget_state(config)).interrupts
+            cancel.seen = 0
+            task = asyncio.ensure_future(aresume_once(graph, config, {asked.id: "first"}))
+            cancel.victim = task
+            try:
+                out = await task
+            except asyncio.CancelledError:
+                out = None
+            cancel.victim = None
+            done = cancel.seen < at  # nothing was cancelled: every await point was tried
+            assert not list(astore.sync.list(f"langgraph/t{at}/~/l/")), f"step {at}: a lease frame was left"
+            if out is not None or ran:  # it resumed before the cancellation landed: exactly once, never again
+                assert ran == ["first"], (at, ran)
+                assert await aresume_once(graph, config, {asked.id: "again"}) is None
+                outcomes["resumed"] += 1
+            else:  # cancelled before the graph got past the interrupt: resumable, and asked again
+                questions = berth.open_questions(url, identity="ops", sealer=sealer)
+                assert [q.id for q, _ in questions.list(f"langgraph/t{at}/")] == [asked.id], at
+                assert await aresume_once(graph, config, {asked.id: "again"}) is not None, at
+                assert ran == ["again"], (at, ran)
+                outcomes["handed back"] += 1
+            return done
+
+    at = 1
+    while not asyncio.run(trial(at)):
+        at += 1
+        assert at < 60
+    assert outcomes["handed back"] >= 5 and outcomes["resumed"] >= 1, outcomes
+
+
+def test_list_without_a_namespace_stays_in_its_thread_beside_a_neighbouring_one() -> None:
+    saver = BerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()))
+    for thread in ("t", "tx", "t~"):
+        for i in range(3):
+            _put(saver, thread, {"who": thread, "n": i})
+    for thread in ("t", "tx"):
+        listed = list(saver.list({"configurable": {"thread_id": thread}}))
+        assert [t.checkpoint["channel_values"] for t in listed] == [{"who": thread, "n": i} for i in (2, 1, 0)]
+        assert (
+            list(saver.list({"configurable": {"thread_id": thread}}, limit=1))[0].config["configurable"]["thread_id"]
+            == thread
+        )
+
+
+def test_copy_thread_copies_checkpoints_and_writes_only_and_never_raises_expired(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from berth.langgraph import resume_once
+
+    url, sealer = f"sqlite:///{tmp_path}/b.db", _sealer()
+    ran: list[Any] = []
+    graph = _two_step_graph(BerthSaver(berth.open_store(url, identity="ops", sealer=sealer)), ran)
+    config = {"configurable": {"thread_id": "src"}}
+    (push,) = graph.invoke({}, config)["__interrupt__"]
+    resume_once(graph, config, {push.id: "yes"})  # a claim record beside the checkpoints
+
+    def later() -> datetime:  # past every deadline the thread's frames carry
+        return datetime.now(timezone.utc) + timedelta(days=30)
+
+    store = berth.open_store(url, identity="ops", sealer=sealer, clock=later)
+    BerthSaver(store).copy_thread("src", "dst")
+    kinds = {listing.key.split("/")[3] for listing in store.list("langgraph/dst/")}
+    assert kinds == {"c"}  # no claim, lease or question of the source's interrupts
+    assert sorted({listing.key.split("/")[3] for listing in store.list("langgraph/src/")}) == ["c", "r"]
+    copied = _two_step_graph(BerthSaver(berth.open_store(url, identity="ops", sealer=sealer)), ran)
+    state = copied.get_state({"configurable": {"thread_id": "dst"}})
+    assert state.values == {"push": "yes"} and [i.value for i in state.interrupts] == ["deploy to production?"]

@@ -34,11 +34,13 @@ Interrupts resumed exactly once: `resume_once` / `aresume_once` (below).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
+import itertools
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
@@ -196,6 +198,11 @@ def _ask_once(questions: Any, key: str, prompt: str, deadline: datetime, questio
         questions.ask(key, prompt, deadline=deadline, question_id=question_id)
 
 
+def _asked(questions: Any, prefix: str, limit: int) -> list[str]:
+    """The keys of up to `limit` open questions under `prefix`."""
+    return [question.key for question, _ in itertools.islice(questions.list(prefix), limit)]
+
+
 class _SyncIO:
     """The store calls a saver's plans make, over a `berth.Store`."""
 
@@ -208,6 +215,9 @@ class _SyncIO:
 
     def consume(self, key: str, question_id: str) -> None:
         self.questions.consume(key, question_id)
+
+    def asked(self, prefix: str, limit: int) -> list[str]:
+        return _asked(self.questions, prefix, limit)
 
     def exists(self, key: str) -> bool:
         return self.store.load(key, allow_expired=True) is not None
@@ -259,6 +269,9 @@ class _AsyncIO:
     async def consume(self, key: str, question_id: str) -> None:
         await asyncio.to_thread(self.questions.consume, key, question_id)
 
+    async def asked(self, prefix: str, limit: int) -> list[str]:
+        return await asyncio.to_thread(_asked, self.questions, prefix, limit)
+
     async def exists(self, key: str) -> bool:
         return await self.store.load(key, allow_expired=True) is not None
 
@@ -296,6 +309,24 @@ class _AsyncIO:
         return await self.store.delete_prefix(prefix)
 
 
+class _ThreadedIO:
+    """A `_SyncIO`'s calls, each awaited in a worker thread (a `BerthSaver` under `aresume_once`)."""
+
+    def __init__(self, io: _SyncIO):
+        self.io = io
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        method = getattr(self.io, name)
+
+        async def threaded(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        return threaded
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
 def _configurable(config: RunnableConfig) -> dict[str, Any]:
     return dict(config.get("configurable") or {})
 
@@ -321,14 +352,24 @@ def _is_resume_map(value: Any) -> bool:
 
 
 class _Claim:
-    """What one resumer won: the resume map to run with, and the checkpoint's run lease it holds."""
+    """What one resumer has won so far, recorded step by step, so that what it took can be handed back.
 
-    __slots__ = ("lease_key", "lease_token", "resume")
+    `resume` maps each interrupt id won to its answer, `tokens` to its claim record's token;
+    `consumed` lists the ids whose question was consumed; `lease_token` is the checkpoint's
+    run lease once held. A cancelled or failed resume hands back exactly these (`_unclaim`).
+    """
 
-    def __init__(self, resume: dict[str, Any], lease_key: str, lease_token: Token):
-        self.resume = resume
-        self.lease_key = lease_key
-        self.lease_token = lease_token
+    __slots__ = ("consumed", "due", "lease_key", "lease_token", "prompts", "resume", "tokens", "where")
+
+    def __init__(self) -> None:
+        self.resume: dict[str, Any] = {}
+        self.tokens: dict[str, Token] = {}
+        self.consumed: list[str] = []
+        self.prompts: dict[str, str] = {}
+        self.where: tuple[str, str, str] = ("", "", "")
+        self.due: datetime | None = None
+        self.lease_key = ""
+        self.lease_token: Token | None = None
 
 
 class _SaverCore(BaseCheckpointSaver[Any]):
@@ -338,6 +379,8 @@ class _SaverCore(BaseCheckpointSaver[Any]):
     default_deadline: timedelta = DEFAULT_DEADLINE
     now: Callable[[], datetime]
     _async_run: Callable[[Plan[Any]], Any]
+    _async_targets: Callable[[], dict[str, Any]]
+    """The "io" role awaited one step at a time (`aresume_once`'s claim, which a cancellation stops between steps)."""
 
     def __init__(self, *, identity: str, prefix: str, serde: SerializerProtocol | None):
         super().__init__(serde=serde)
@@ -656,7 +699,10 @@ class _SaverCore(BaseCheckpointSaver[Any]):
         return None
 
     def _copy_thread(self, source: str, target: str) -> Plan[None]:
-        rows = yield call("io", "heads", self._thread_prefix(str(source)))
+        # checkpoints and their writes only: resume claims, run leases and questions belong to the
+        # source's interrupts (a claim past its deadline would raise Expired on load)
+        listed = yield call("io", "heads", self._thread_prefix(str(source)))
+        rows = [row for row in listed if self._parts(row.key).kind == "c"]
         dest = self._thread_prefix(str(target))
         for start in range(0, len(rows), _PAGE):
             keys = [row.key for row in rows[start : start + _PAGE]]
@@ -691,84 +737,135 @@ class _SaverCore(BaseCheckpointSaver[Any]):
             )
         return None
 
-    def _claim(self, snapshot: StateSnapshot, value: Any, deadline: timedelta) -> Plan[_Claim | None]:
+    def _claim(self, snapshot: StateSnapshot, value: Any, deadline: timedelta, won: _Claim) -> Plan[_Claim]:
         """Claim the resume of the interrupts `value` answers: each for exactly one caller, then the run lease.
 
         `snapshot` is the graph's `get_state(config)`: its checkpoint and the interrupts still
         pending there (LangGraph's rule, applied by LangGraph's public API: an interrupt of a task
         with no output yet). A resume map (`{interrupt_id: value}`) claims each id it names that
-        is pending; a plain value claims the one pending interrupt. Every claim is
-        one conditional write (`if_absent`) keyed by thread, namespace, checkpoint and interrupt id:
-        the commit point, before the graph runs. A caller that wins any waits for the checkpoint's
-        run lease (so branches answered at once run one after the other, each seeing the other's
-        output, and the step completes), and gets the map of what it won; None when it won nothing.
+        is pending: an answer bound to its interrupt never answers another. A plain value names
+        no interrupt: it claims the one pending interrupt only when that is provably the only
+        one the thread ever asked (`_plain_value_binds`), else nothing. Every claim is one
+        conditional write (`if_absent`) keyed by thread, namespace, checkpoint and interrupt id:
+        the commit point, before the graph runs. A caller that wins any waits for the
+        checkpoint's run lease (so branches answered at once run one after the other, each
+        seeing the other's output, and the step completes), re-checking the deadline until it
+        holds it. Each step is recorded in `won` as it is taken; `won.resume` is empty when it
+        won nothing.
         """
-        pending = [item.id for item in snapshot.interrupts]
+        pending = {item.id: item for item in snapshot.interrupts}
         if not pending or snapshot.created_at is None:
-            return None
+            return won
         conf = snapshot.config["configurable"]
         thread, ns, cid = str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""), str(conf["checkpoint_id"])
         if _is_resume_map(value):
             wanted = {iid: answer for iid, answer in value.items() if iid in pending}
         elif len(pending) == 1:
-            wanted = {pending[0]: value}
+            (only,) = pending
+            binds = yield from self._plain_value_binds(thread, ns, cid, only)
+            wanted = {only: value} if binds else {}
         else:
             raise ValueError(
                 f"thread {thread!r} waits on {len(pending)} interrupts ({', '.join(sorted(pending))}): "
                 "resume with a map {interrupt_id: value} naming the ones answered"
             )
+        if not wanted:
+            return won
         asked = datetime.fromisoformat(snapshot.created_at)
         if asked.tzinfo is None:
             asked = asked.replace(tzinfo=timezone.utc)
-        due = asked + deadline
-        if self.now() >= due:
-            key = f"{self._ns_prefix(thread, ns)}r/{_segment(cid)}"
-            raise Expired(
-                f"the interrupt at {where(self.identity, key)} passed its deadline {due.isoformat()}: never resumed",
-                identity=self.identity,
-                key=key,
-                deadline=due,
-            )
-        won: dict[str, Any] = {}
+        won.where, won.due = (thread, ns, cid), asked + deadline
+        self._check_due(won)
         for iid, answer in wanted.items():
             body = {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid, "interrupt_id": iid}
-            claim = Envelope(
-                provider=PROVIDER, provider_state=orjson.dumps(body), reason="resume claimed", deadline=due
-            )
+            # no deadline: the record that this interrupt was resumed lasts as long as its thread,
+            # so a plain value delivered again later is never taken for a later interrupt's answer
+            claim = Envelope(provider=PROVIDER, provider_state=orjson.dumps(body), reason="resume claimed")
             try:  # the commit point: one conditional write per interrupt, before the graph runs
-                yield call("io", "save", self._claim_key(thread, ns, cid, iid), claim, if_absent=True)
+                token = yield call("io", "save", self._claim_key(thread, ns, cid, iid), claim, if_absent=True)
             except TokenMismatch:
                 continue
-            won[iid] = answer
-        if not won:
-            return None
-        for iid in won:
+            won.resume[iid], won.tokens[iid], won.prompts[iid] = answer, token, _prompt(pending[iid])
+        for iid in list(won.resume):
             yield call("io", "consume", self._question_key(thread, ns, cid, iid), iid)
-        lease_key = f"{self._ns_prefix(thread, ns)}l/{_segment(cid)}"
-        token = yield from self._lease(lease_key, {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid})
-        return _Claim(won, lease_key, token)
+            won.consumed.append(iid)
+        if won.resume:
+            yield from self._lease(won)
+        return won
 
-    def _lease(self, key: str, body: dict[str, str]) -> Plan[Token]:
-        """Hold the run lease of one checkpoint: wait while another resume runs there (or until its lease lapses)."""
+    def _plain_value_binds(self, thread: str, ns: str, cid: str, iid: str) -> Plan[bool]:
+        """Whether a plain value (no interrupt id) provably answers `iid`: no other interrupt was ever asked here.
+
+        Read after the pending interrupt was: a claim record in the namespace (any interrupt
+        resumed through `resume_once`, kept as long as the thread), or a question for another
+        interrupt (one resumed some other way, or asked beside it), means the value may have
+        been given for an earlier interrupt -- a retried delivery -- so it binds to nothing.
+        """
+        base = self._ns_prefix(thread, ns)
+        claimed = yield call("io", "heads", base + "r/", 1)
+        if claimed:
+            return False
+        asked: list[str] = yield call("io", "asked", base + "q/", 2)
+        return all(key == self._question_key(thread, ns, cid, iid) for key in asked)
+
+    def _check_due(self, won: _Claim) -> None:
+        """Raise `Expired` once the claimed interrupt's deadline has passed: it is never resumed."""
+        if won.due is None or self.now() < won.due:
+            return
+        thread, ns, cid = won.where
+        key = f"{self._ns_prefix(thread, ns)}r/{_segment(cid)}"
+        raise Expired(
+            f"the interrupt at {where(self.identity, key)} passed its deadline {won.due.isoformat()}: never resumed",
+            identity=self.identity,
+            key=key,
+            deadline=won.due,
+        )
+
+    def _lease(self, won: _Claim) -> Plan[None]:
+        """Hold the checkpoint's run lease: wait while another resume runs there (or until its lease lapses).
+
+        The deadline is checked again on every look and once the lease is held -- the moment the
+        run resumes -- so a resumer that waited behind another branch never runs past it.
+        """
+        thread, ns, cid = won.where
+        won.lease_key = f"{self._ns_prefix(thread, ns)}l/{_segment(cid)}"
+        body = orjson.dumps({"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid})
         pause = _LEASE_POLL[0]
         while True:
             lease = Envelope(
-                provider=PROVIDER,
-                provider_state=orjson.dumps(body),
-                reason="resume running",
-                deadline=self.now() + _LEASE,
+                provider=PROVIDER, provider_state=body, reason="resume running", deadline=self.now() + _LEASE
             )
             try:
-                token: Token = yield call("io", "save", key, lease, if_absent=True)
+                won.lease_token = yield call("io", "save", won.lease_key, lease, if_absent=True)
             except TokenMismatch:
-                yield call("io", "clear_expired", key)  # a resumer that died holding it
+                self._check_due(won)
+                yield call("io", "clear_expired", won.lease_key)  # a resumer that died holding it
                 yield call("io", "sleep", pause)
                 pause = min(pause * 2, _LEASE_POLL[1])
                 continue
-            return token
+            self._check_due(won)
+            return None
 
-    def _release(self, claim: _Claim) -> Plan[None]:
-        yield call("io", "delete", claim.lease_key, claim.lease_token)
+    def _release(self, won: _Claim) -> Plan[None]:
+        if won.lease_token is not None:
+            yield call("io", "delete", won.lease_key, won.lease_token)
+            won.lease_token = None
+        return None
+
+    def _unclaim(self, won: _Claim, pending: Iterable[str] | None = None) -> Plan[None]:
+        """Hand back what `won` took (of `pending` only, when given): the interrupts are resumable again.
+
+        Each question consumed is asked again first, then the claim record is deleted (with the
+        token it was written with), then the run lease released.
+        """
+        thread, ns, cid = won.where
+        for iid in [iid for iid in won.tokens if pending is None or iid in pending]:
+            if iid in won.consumed and won.due is not None:
+                yield call("io", "ask", self._question_key(thread, ns, cid, iid), won.prompts[iid], won.due, iid)
+                won.consumed.remove(iid)
+            yield call("io", "delete", self._claim_key(thread, ns, cid, iid), won.tokens.pop(iid))
+            won.resume.pop(iid, None)
+        yield from self._release(won)
         return None
 
     # -- the BaseCheckpointSaver API ----------------------------------------------------------
@@ -900,6 +997,9 @@ class BerthSaver(_SaverCore):
     async def _async_run(self, plan: Plan[T]) -> T:
         return await asyncio.to_thread(self._run, plan)
 
+    def _async_targets(self) -> dict[str, Any]:
+        return {"io": _ThreadedIO(self._sync_io)}
+
 
 class AsyncBerthSaver(_SaverCore):
     """A LangGraph checkpoint saver over a `berth.aio.AsyncStore`; its sync methods use the store's sync twin.
@@ -918,6 +1018,9 @@ class AsyncBerthSaver(_SaverCore):
 
     async def _async_run(self, plan: Plan[T]) -> T:
         return await arun(plan, {"io": self._async_io})
+
+    def _async_targets(self) -> dict[str, Any]:
+        return {"io": self._async_io}
 
     async def _async_read(self, plan: Plan[T]) -> T:
         """Over a sync backend in worker threads (SQLite, file...): the whole read in one hop, on its twin.
@@ -949,27 +1052,35 @@ def _check_deadline(deadline: timedelta) -> timedelta:
 
 
 def resume_once(graph: Any, config: RunnableConfig, value: Any, *, deadline: timedelta = DEFAULT_DEADLINE) -> Any:
-    """Resume the thread's pending interrupt(s) with `value` for exactly one caller per interrupt.
+    """Resume the interrupt(s) `value` answers, for exactly one caller per interrupt.
+
+    `value` says which interrupt it answers: LangGraph's resume map, `{interrupt_id: answer, ...}`
+    (the ids are `Interrupt.id`, and the berth question's id). Each id that is pending is claimed
+    on its own and the graph runs with `Command(resume=<the ids won>)`; an id not pending
+    (answered already, or the thread moved on) is left out, so a retried or duplicated delivery
+    of an answer never answers a later interrupt. A plain value names no interrupt: it resumes
+    the thread's one pending interrupt only while that is provably the only one the thread ever
+    asked (no interrupt of its namespace was resumed through `resume_once`, no other question
+    is open), and otherwise resumes nothing and returns `None`.
 
     The claim -- one conditional write (`save(..., if_absent=True)`) per interrupt, under the thread,
     namespace, checkpoint id and interrupt id -- is the commit point, made before the graph runs:
     of any number of callers racing in any process, one wins each interrupt and gets the graph's
-    output; the others, and any caller when the thread waits on no interrupt, get `None`.
-
-    Several pending interrupts (parallel branches that each called `interrupt()`): pass LangGraph's
-    resume map, `{interrupt_id: value, ...}` (the ids are `Interrupt.id`, and the berth question's
-    id); each id is claimed on its own and the graph runs with `Command(resume=<the ids won>)`.
-    Resumes of different interrupts of one checkpoint run one after the other (a run lease), so
-    the step completes once every branch has its answer.
+    output; the others, and any caller when the thread waits on no interrupt `value` answers, get
+    `None`. Resumes of different interrupts of one checkpoint run one after the other (a run
+    lease), so the step completes once every branch has its answer; the deadline is checked
+    again once the lease is held. Anything that fails or is interrupted before the graph
+    starts hands the claim back (the interrupt stays resumable); once the graph runs, an
+    error leaves the claim taken.
 
     Args:
         graph: a compiled graph whose checkpointer is a `BerthSaver` or `AsyncBerthSaver`.
         config: the thread's config (`{"configurable": {"thread_id": ...}}`).
-        value: what `interrupt()` returns in the resumed node, or a map of interrupt id to that.
+        value: a map of interrupt id to what `interrupt()` returns in the resumed node (or a plain value, above).
         deadline: how long after the interrupted checkpoint was written it may still be resumed.
 
     Raises:
-        berth.Expired: the deadline passed; the interrupt is never resumed.
+        berth.Expired: the deadline passed, before the claim or while waiting for the run lease; never resumed.
         ValueError: the thread waits on several interrupts and `value` is not a resume map.
         TypeError: the graph's checkpointer is not a berth saver.
     """
@@ -977,27 +1088,122 @@ def resume_once(graph: Any, config: RunnableConfig, value: Any, *, deadline: tim
 
     saver = _saver_of(graph)
     deadline = _check_deadline(deadline)
-    claim = saver._run(saver._claim(graph.get_state(config), value, deadline))
-    if claim is None:
+    won = _Claim()
+    try:
+        saver._run(saver._claim(graph.get_state(config), value, deadline, won))
+    except Expired:
+        saver._run(saver._release(won))
+        raise
+    except BaseException:
+        saver._run(saver._unclaim(won))
+        raise
+    if not won.resume:
         return None
     try:
-        return graph.invoke(Command(resume=claim.resume), config)
+        return graph.invoke(Command(resume=won.resume), config)
     finally:
-        saver._run(saver._release(claim))
+        saver._run(saver._release(won))
 
 
 async def aresume_once(
     graph: Any, config: RunnableConfig, value: Any, *, deadline: timedelta = DEFAULT_DEADLINE
 ) -> Any:
-    """`resume_once`, awaited (`graph.ainvoke`)."""
+    """`resume_once`, awaited (`graph.ainvoke`); cancelled at any await, it leaves the interrupt resumable.
+
+    A cancellation that lands while a write is under way lets that write finish (it is one
+    statement), then hands back whatever the resume had claimed, consumed and leased, and
+    re-raises. Cancelled while the graph runs: the interrupts LangGraph still shows pending
+    are handed back (their branch had not finished, and runs again from its start on the
+    next resume); those it got past stay resumed.
+    """
     from langgraph.types import Command
 
     saver = _saver_of(graph)
     deadline = _check_deadline(deadline)
-    claim = await saver._async_run(saver._claim(await graph.aget_state(config), value, deadline))
-    if claim is None:
+    snapshot = await graph.aget_state(config)
+    won, targets, shield = _Claim(), saver._async_targets(), _Shield()
+    try:
+        await _arun_steps(saver._claim(snapshot, value, deadline, won), targets)
+    except Expired:
+        await shield.run(arun(saver._release(won), targets))
+        shield.reraise()
+        raise
+    except BaseException:
+        await shield.run(arun(saver._unclaim(won), targets))
+        shield.reraise()
+        raise
+    if not won.resume:
         return None
     try:
-        return await graph.ainvoke(Command(resume=claim.resume), config)
+        return await graph.ainvoke(Command(resume=won.resume), config)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):  # unknown: the claims stay (resumed at most once)
+            after = await shield.run(graph.aget_state(config))
+            await shield.run(arun(saver._unclaim(won, {item.id for item in after.interrupts}), targets))
+        raise
     finally:
-        await saver._async_run(saver._release(claim))
+        await shield.run(arun(saver._release(won), targets))
+        shield.reraise()
+
+
+_READS = frozenset({"asked", "exists", "frames", "heads", "load", "load_many", "sleep"})
+"""Steps a cancellation may cut short: they change nothing."""
+
+
+class _Shield:
+    """Runs clean-up to its end through a cancellation of its caller, which `reraise` then delivers."""
+
+    cancelled = False
+
+    async def run(self, work: Awaitable[T]) -> T:
+        task = asyncio.ensure_future(work)
+        while True:
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if task.done():
+                    raise
+                self.cancelled = True
+
+    def reraise(self) -> None:
+        if self.cancelled:
+            raise asyncio.CancelledError
+
+
+async def _arun_steps(plan: Plan[T], targets: Mapping[str, Any]) -> T:
+    """`arun`, but a write under way when the caller is cancelled runs to its end and its outcome reaches the plan.
+
+    The plan records each step it takes; a cancellation stops it before its next step and is
+    re-raised, so the caller can hand back exactly what was taken. Reads and pauses are cut
+    short at once.
+    """
+    cancelled = False
+    try:
+        step = next(plan)
+        while True:
+            task = asyncio.ensure_future(getattr(targets[step.role], step.method)(*step.args, **step.kwargs))
+            while not task.done():
+                try:
+                    await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    if step.method in _READS or task.done():
+                        task.cancel()
+                        raise
+                    cancelled = True  # a write under way: let it land, so the plan records it
+                except Exception:
+                    pass  # the step's own failure: thrown into the plan below
+            if task.cancelled():
+                raise asyncio.CancelledError
+            exc = task.exception()
+            if exc is not None and not isinstance(exc, Exception):
+                raise exc
+            step = plan.throw(exc) if exc is not None else plan.send(task.result())
+            if cancelled:
+                raise asyncio.CancelledError
+    except StopIteration as stop:
+        if cancelled:
+            raise asyncio.CancelledError from None
+        value: T = stop.value
+        return value
+    finally:
+        plan.close()
