@@ -1058,8 +1058,8 @@ def test_answer_on_a_terminal_shows_the_prompt_and_answers_only_what_was_confirm
     assert answer is not None and answer.question_id == q.id and answer.text == "yes"
 
 
-HOSTILE_TEXT = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b31m\u202eevil\x7f"
-RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e", "\x7f")
+HOSTILE_TEXT = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b31m\u202eevil\x7f\u3164"  # U+3164 draws nothing
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e", "\x7f", "\u3164")
 
 
 def all_strings(doc: object) -> Iterator[str]:

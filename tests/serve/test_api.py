@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -162,3 +163,21 @@ def test_metrics_in_prometheus_text_format(inbox: Server, park: Park) -> None:
     assert f'berth_answers_total{{identity="{IDENTITY}",via="api"}}' in samples
     assert "berth_failed_logins_total" in samples
     assert "# TYPE berth_answers_total counter" in r.text
+
+
+def test_answer_to_an_expired_question_is_410_with_the_reason(inbox: Server, park: Park) -> None:
+    key, q = park("late", "Still want this?", deadline=timedelta(seconds=-5))
+    r = answer(inbox, ALICE, {"key": key, "question_id": q.id, "text": "yes"})
+    assert r.status_code == 410 and "expired" in r.json()["error"] and "never resume" in r.json()["error"]
+    assert r.json()["question"]["question_id"] == q.id
+    assert inbox.questions[IDENTITY].answer(key) is None  # nothing recorded
+    schema = httpx.get(inbox.url + "/api/openapi.json").json()
+    assert "410" in schema["paths"]["/api/answers"]["post"]["responses"]
+
+
+def test_questions_sort_by_nearest_deadline(inbox: Server, park: Park) -> None:
+    soon, _ = park("soon", "first?", deadline=timedelta(minutes=5))
+    later, _ = park("later", "second?", deadline=timedelta(hours=5))
+    assert [d["key"] for d in questions(inbox, ALICE, prefix=park.prefix).json()] == [later, soon]
+    assert [d["key"] for d in questions(inbox, ALICE, prefix=park.prefix, sort="deadline").json()] == [soon, later]
+    assert questions(inbox, ALICE, sort="sideways").status_code == 400

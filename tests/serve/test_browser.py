@@ -7,6 +7,7 @@ Set BERTH_UPDATE_SCREENSHOT=1 to write the README's screenshot to docs/inbox.png
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -243,3 +244,97 @@ def test_screenshot_for_the_readme(browser: Any, tmp_path: Path, keyring: berth.
     assert shot.stat().st_size > 10_000
     if os.environ.get("BERTH_UPDATE_SCREENSHOT") == "1":
         shutil.copyfile(shot, DOCS / "inbox.png")
+
+
+# Where a character of the card's prompt is drawn: the left edge of the first occurrence of `ch`.
+DRAWN_AT = """([selector, ch]) => {
+  const el = document.querySelector(selector);
+  const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const at = node.data.indexOf(ch);
+    if (at >= 0) {
+      const range = document.createRange();
+      range.setStart(node, at); range.setEnd(node, at + 1);
+      return range.getBoundingClientRect().left;
+    }
+  }
+  return null;
+}"""
+
+
+def test_a_bidi_override_prompt_shows_its_controls_and_is_never_drawn_reordered(
+    page: Any, inbox: Server, park: Park
+) -> None:
+    key, _ = park("bidi", "Pay to account \u202e9876-5432\u202c now?", labels={"pay\u202eee": "x\u2066y"})
+    login(page, inbox)
+    page.goto(inbox.url + f"/?prefix={park.prefix}")
+    c = card(page, key)
+    prompt = c.locator(".prompt")
+    assert prompt.inner_text() == "Pay to account \\u202e9876-5432\\u202c now?"
+    assert prompt.locator(".ctl").first.get_attribute("title") == "right-to-left override"
+    drawn = page.evaluate("document.body.innerText")  # every text drawn; raw only in form values
+    assert "\u202e" not in drawn and "\u2066" not in drawn
+    assert "\\u202e" in c.locator(".labels").inner_text() and "\\u2066" in c.locator(".labels").inner_text()
+    sel = f"#{c.get_attribute('id')} .prompt"
+    nine, three = page.evaluate(DRAWN_AT, [sel, "9"]), page.evaluate(DRAWN_AT, [sel, "3"])  # 3: in no mark
+    assert nine is not None and three is not None and nine < three, "9876-5432 was drawn reordered"
+
+
+def test_tool_arguments_are_fields_with_long_values_folded_not_cut(page: Any, inbox: Server, park: Park) -> None:
+    body = "Same crash as #17. " * 200
+    args = {"issue": 42, "comment": body, "path": "rm -rf \u202e~"}
+    prompt = json.dumps({"tool": "close_issue", "input": args}, ensure_ascii=False)
+    key, _ = park("fields", prompt)
+    login(page, inbox)
+    page.goto(inbox.url + f"/?prefix={park.prefix}")
+    c = card(page, key)
+    names = c.locator(".prompt dl.fields dt").all_inner_texts()
+    assert names[:2] == ["tool", "input"] and {"issue", "comment", "path"} <= set(names)
+    assert c.locator("dt:text-is('issue') + dd").inner_text() == "42"
+    assert c.locator("dt:text-is('path') + dd").inner_text() == "rm -rf \\u202e~"
+    fold = c.locator("details.fold")
+    assert fold.locator(".more").inner_text().startswith("… show all")
+    fold.locator("summary").click()
+    assert fold.locator(":scope > .str").inner_text() == body  # the whole value, never cut
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 1200, f"a long value widened the page ({width}px)"
+
+
+def test_an_answer_sent_after_the_session_ended_is_filled_in_again_after_the_login(
+    page: Any, inbox: Server, park: Park
+) -> None:
+    key, q = park("relogin", "Rotate the signing key tonight?")
+    login(page, inbox)
+    page.goto(inbox.url + f"/?prefix={park.prefix}")
+    c = card(page, key)
+    c.locator("textarea").fill("yes, after 22:00 only")
+    sid = next(c["value"] for c in page.context.cookies() if c["name"] == "berth_session")
+    inbox.auth.logout(sid)  # as a restart or the 12-hour expiry would
+    # the live update finds the session gone: the page keeps what was typed and says so
+    page.locator("#session-ended").wait_for()
+    assert c.locator("textarea").input_value() == "yes, after 22:00 only"
+    c.locator("button[value=respond]").click()
+    page.wait_for_selector("#token")  # the login page, not a bare 405
+    page.fill("#token", ALICE)
+    page.click("button[type=submit]")
+    notice = page.locator("#notice.error")
+    notice.wait_for()
+    assert "nothing was recorded" in notice.inner_text()
+    assert "filled in again below" in notice.inner_text()
+    assert inbox.questions[IDENTITY].answer(key) is None
+    c = card(page, key)
+    assert c.locator("textarea").input_value() == "yes, after 22:00 only"
+    c.locator("button[value=respond]").click()
+    page.wait_for_selector(".notice.ok")
+    stored = inbox.questions[IDENTITY].answer(key)
+    assert stored is not None and stored.text == "yes, after 22:00 only" and stored.question_id == q.id
+
+
+def test_an_expired_question_is_shown_but_not_answerable(page: Any, inbox: Server, park: Park) -> None:
+    key, _ = park("expired", "Deploy before the freeze?", deadline=timedelta(seconds=-1))
+    login(page, inbox)
+    page.goto(inbox.url + f"/?prefix={park.prefix}&sort=deadline")
+    c = card(page, key)
+    assert c.locator(".badge.gone").inner_text() == "expired" and c.locator("form.answer").count() == 0
+    assert "never resume" in c.locator(".history").inner_text()
+    assert page.locator("#sort").input_value() == "deadline"

@@ -124,3 +124,35 @@ def test_a_per_call_question_shows_its_runs_labels(source: Source, full_listing:
     assert card.choices == ("approve", "reject") and card.shown_labels == [("team", "ops")]
     looked_up = inbox.lookup("ops", "tickets/7/call-1")
     assert looked_up is not None and looked_up.choices == ("approve", "reject")
+
+
+def test_an_expired_question_is_refused_with_410_and_never_recorded(source: Source) -> None:
+    park(source, 1, expired=True)
+    inbox = Inbox([source], max_age=0)
+    card = inbox.page().cards[0]
+    assert card.expired(datetime.now(timezone.utc))
+    with pytest.raises(Refused) as gone:
+        inbox.answer("ops", card.question.key, card.question.id, "yes", by="alice", via="page")
+    assert gone.value.status == 410 and "expired" in str(gone.value) and "never resume" in str(gone.value)
+    assert source.questions.answer(card.question.key) is None and inbox.answers_given == {}
+
+
+def test_the_question_records_own_deadline_counts_when_its_run_has_none(source: Source) -> None:
+    source.store.save("tickets/9", berth.Envelope(provider="p", provider_state={}))
+    source.questions.ask("tickets/9/call-1", "Run refund(9)?", run_id="r9", deadline=T0)
+    card = Inbox([source], max_age=0).lookup("ops", "tickets/9/call-1")
+    assert card is not None and card.item.deadline == T0 and card.expired(T0 + timedelta(seconds=1))
+
+
+def test_pages_sort_by_nearest_deadline_as_well_as_newest(source: Source) -> None:
+    now = datetime.now(timezone.utc)
+    for n, hours in enumerate([5, 1, None, 3]):
+        key = f"d{n}"
+        deadline = None if hours is None else now + timedelta(hours=hours)
+        source.store.save(key, berth.Envelope(provider="p", provider_state={}, deadline=deadline))
+        source.questions.ask(key, f"q{n}", run_id=f"r{n}", deadline=deadline)
+    inbox = Inbox([source], max_age=0)
+    assert [c.question.key for c in inbox.page().cards] == ["d3", "d2", "d1", "d0"]
+    assert [c.question.key for c in inbox.page(sort="deadline").cards] == ["d1", "d3", "d0", "d2"]
+    with pytest.raises(ValueError, match="unknown sort"):
+        inbox.page(sort="oldest")

@@ -149,7 +149,7 @@ def answer_cmd(
             )
         refuse(f"no question is pending at {where(settings.who, key)}")
     if question_id is None:
-        shown = f"question {q.id} at {where(settings.who, key)}: {q.prompt!r}"
+        shown = f"question {q.id} at {where(settings.who, key)}: {terminal_safe(repr(q.prompt))}"
         if from_stdin or not sys.stdin.isatty():
             bad_usage(
                 f"without a terminal nothing confirms which question this answers; the pending {shown}; "
@@ -174,6 +174,6 @@ def answer_cmd(
         )
         return
     click.echo(
-        f"answered question {answer.question_id} ({q.prompt!r}) at {where(settings.who, key)} "
+        f"answered question {answer.question_id} ({terminal_safe(repr(q.prompt))}) at {where(settings.who, key)} "
         f"as {terminal_safe(who)}: the next waker resumes the run"
     )

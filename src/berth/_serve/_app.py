@@ -24,6 +24,7 @@ from urllib.parse import urlencode
 import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -42,7 +43,7 @@ from berth._serve._auth import (
     new_csrf,
     same_token,
 )
-from berth._serve._inbox import Card, Inbox, Refused
+from berth._serve._inbox import SORTS, Card, Inbox, Refused
 from berth._serve._openapi import OPENAPI
 
 __all__ = ["create_app"]
@@ -65,6 +66,7 @@ MAX_ANSWER_CHARS = 65536
 MAX_BODY = 1 << 20  # an answer of MAX_ANSWER_CHARS, form-encoded or JSON-escaped, fits
 MAX_SMALL_BODY = 16 << 10  # the login and logout forms
 SMALL_BODIES = ("/login", "/logout")
+LOST = "Your session ended before your answer arrived, so nothing was recorded."
 
 log = logging.getLogger("berth.serve")
 
@@ -266,6 +268,8 @@ def create_app(
             return _plain(401, "log in again")
         if auth.login_form:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            if request.method != "GET":  # a form sent after the session ended: back to the inbox, saying so
+                target = "/?lost=1"
             return RedirectResponse("/login" + (f"?{urlencode({'next': target})}" if target != "/" else ""), 303)
         return _plain(401, "sign in through the proxy in front of this inbox")
 
@@ -304,9 +308,13 @@ def create_app(
             if raw:
                 k, _, v = raw.partition("=")
                 labels.append((k, v))
+        sort = q.get("sort") or "newest"
+        if sort not in SORTS:
+            raise _Http(400, f"unknown sort {sort[:40]!r}: one of {', '.join(SORTS)}")
         return {
             "identity": identity,
             "labels": labels,
+            "sort": sort,
             "prefix": q.get("prefix", ""),
             "offset": _int(q.get("offset"), 0, 0, 10**9),
             "limit": _int(q.get("limit"), 25, 1, MAX_LIMIT_PAGE),
@@ -319,6 +327,7 @@ def create_app(
             "identity": args["identity"] or "",
             "label": [f"{k}={v}" for k, v in args["labels"]],
             "prefix": args["prefix"],
+            "sort": args["sort"],
         }
         return {
             "person": person,
@@ -340,6 +349,8 @@ def create_app(
         context["notice"] = None
         if done and same_token(request.query_params.get("mac"), done_mac(person, done)):
             context["notice"] = {"kind": "ok", "text": f"Answered {done} as {person}.", "card": None}
+        elif request.query_params.get("lost"):
+            context["notice"] = {"kind": "error", "text": LOST, "card": None, "lost": True}
         return with_csrf_cookie(request, render("inbox.html", **context), csrf)
 
     async def fragment(request: Request) -> Response:
@@ -388,19 +399,27 @@ def create_app(
                 await run_in_threadpool(inbox.answer, identity, key, question_id, text, by=person, via="page")
             except Refused as exc:
                 status, fresh = exc.status, exc.card
-                error = (
-                    f"Nothing is waiting at {key} any more: it was resumed or removed. Nothing was recorded."
-                    if exc.status == 404
-                    else _refusal_text(key, question_id, exc.card)
-                )
+                if exc.status == 404:
+                    error = f"Nothing is waiting at {key} any more: it was resumed or removed. Nothing was recorded."
+                elif exc.status == 410:
+                    fresh = None
+                    error = (
+                        f"The question at {key} expired before your answer arrived: its run will never resume, "
+                        "so nothing was recorded."
+                    )
+                else:
+                    error = _refusal_text(key, question_id, exc.card)
             except berth.InvalidKey as exc:
                 raise _Http(400, str(exc)) from exc
             else:
                 target = "/?" + urlencode([*_parse_back(back), ("done", key), ("mac", done_mac(person, key))])
                 return RedirectResponse(target + "#" + views.card_id(identity, key), status_code=303)
         context = await page_context(request, person, csrf)
-        context["notice"] = {"kind": "error", "text": error, "card": fresh}
+        context["notice"] = {"kind": "error", "text": error, "card": fresh, "typed": body}
         return with_csrf_cookie(request, render("inbox.html", status=status, **context), csrf)
+
+    async def answer_get(request: Request) -> Response:
+        return RedirectResponse("/", status_code=303)  # a reload after a refused answer, or a stale bookmark
 
     # --- login -----------------------------------------------------------------------------
 
@@ -458,7 +477,7 @@ def create_app(
         headers = {}
         if page.next_offset is not None:
             filters = {"identity": args["identity"] or "", "label": [f"{k}={v}" for k, v in args["labels"]]}
-            filters["prefix"] = args["prefix"]
+            filters.update(prefix=args["prefix"], sort=args["sort"])
             headers["link"] = f'</api/questions?{_query(filters, page.limit, offset=page.next_offset)}>; rel="next"'
         headers["x-total-count"] = str(page.total)
         return JSONResponse([views.question_doc(c) for c in page.cards], headers=headers)
@@ -550,9 +569,19 @@ def create_app(
         if request.url.path.startswith("/api/") or request.url.path == "/metrics":
             headers = {"www-authenticate": 'Bearer realm="berth"'} if exc.status == 401 else {}
             return JSONResponse({"error": str(exc)}, status_code=exc.status, headers={**headers, **exc.headers})
-        response = _plain(exc.status, str(exc))
+        response = error_page(exc.status, str(exc))
         response.headers.update(exc.headers)
         return response
+
+    def error_page(status: int, message: str) -> Response:
+        """An error a person meets on the page: what happened, and the way back to the inbox."""
+        return render("error.html", status=status, code=status, message=message)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if request.url.path.startswith("/api/") or request.url.path == "/metrics":
+            return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+        return error_page(exc.status_code, f"{exc.detail}: there is no page at this address.")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
@@ -565,6 +594,7 @@ def create_app(
         Route("/", index),
         Route("/inbox/live", fragment),
         Route("/answer", answer_form, methods=["POST"]),
+        Route("/answer", answer_get),
         Route("/login", login_page),
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
@@ -580,6 +610,7 @@ def create_app(
         _Http: http_error,
         _LogIn: must_log_in,
         berth.BackendError: store_error,
+        HTTPException: not_found,
     }
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
     app.add_middleware(_BodyLimit)
@@ -662,6 +693,8 @@ def _query(filters: dict[str, Any], limit: int, **over: Any) -> str:
     for name in ("identity", "prefix"):
         if merged.get(name):
             pairs.append((name, str(merged[name])))
+    if merged.get("sort", "newest") != "newest":
+        pairs.append(("sort", str(merged["sort"])))
     pairs += [("label", lab) for lab in merged.get("label", [])]
     if merged.get("offset"):
         pairs.append(("offset", str(merged["offset"])))
@@ -673,7 +706,7 @@ def _query(filters: dict[str, Any], limit: int, **over: Any) -> str:
 def _parse_back(back: str) -> Sequence[tuple[str, str]]:
     from urllib.parse import parse_qsl
 
-    return [(k, v) for k, v in parse_qsl(back) if k in ("identity", "prefix", "label", "offset", "limit")]
+    return [(k, v) for k, v in parse_qsl(back) if k in ("identity", "prefix", "label", "offset", "limit", "sort")]
 
 
 def _refusal_text(key: str, question_id: str, card: Card | None) -> str:

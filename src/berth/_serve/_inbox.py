@@ -24,7 +24,7 @@ from types import MappingProxyType
 import berth
 from berth._errors import where
 
-__all__ = ["Answered", "Card", "Inbox", "Item", "Page", "Refused", "Snapshot", "Source"]
+__all__ = ["SORTS", "Answered", "Card", "Inbox", "Item", "Page", "Refused", "Snapshot", "Source"]
 
 audit = logging.getLogger("berth.serve.audit")
 
@@ -32,6 +32,8 @@ CHOICES_LABEL = "berth.choices"
 """Envelope label naming the structured answers a question offers: `approve`, `reject`, `respond`."""
 
 KNOWN_CHOICES = ("approve", "reject", "respond")
+SORTS = ("newest", "deadline")
+"""How a page may order open questions: newest first, or the nearest deadline first (none last)."""
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _LOOKUPS = 200  # runs looked up one by one per refresh; more wait for the next full listing
 _ANSWER_LOCKS = 64  # answers to one key are taken one at a time (keys share these locks by hash)
@@ -76,6 +78,10 @@ class Card:
         raw = self.item.labels.get(CHOICES_LABEL, "")
         picked = tuple(c for c in (p.strip() for p in raw.split(",")) if c in KNOWN_CHOICES)
         return picked or ("respond",)
+
+    def expired(self, now: datetime) -> bool:
+        """Whether the question's deadline passed by `now`: its run never resumes, so it is not answerable."""
+        return self.item.deadline is not None and now > self.item.deadline
 
     @property
     def shown_labels(self) -> list[tuple[str, str]]:
@@ -126,7 +132,7 @@ class Page:
 
 
 class Refused(Exception):
-    """An answer not recorded: `status` 404 (nothing pending) or 409 (superseded or already answered)."""
+    """An answer not recorded: `status` 404 (nothing pending), 409 (superseded or already answered) or 410 (expired)."""
 
     def __init__(self, status: int, message: str, card: Card | None = None):
         super().__init__(message)
@@ -325,8 +331,11 @@ class Inbox:
         prefix: str = "",
         offset: int = 0,
         limit: int = 25,
+        sort: str = "newest",
     ) -> Page:
-        """Open questions matching the filters, newest first: `limit` of them from `offset`, opened."""
+        """Open questions matching the filters, in `sort` order (see `SORTS`): `limit` of them from `offset`, opened."""
+        if sort not in SORTS:
+            raise ValueError(f"unknown sort {sort!r}: one of {', '.join(SORTS)}")
         snap = self.snapshot()
         matching = [
             i
@@ -335,6 +344,8 @@ class Inbox:
             and i.key.startswith(prefix)
             and all(i.labels.get(k) == v for k, v in labels)
         ]
+        if sort == "deadline":  # stable: among equal deadlines, newest first as listed
+            matching.sort(key=lambda i: (i.deadline is None, i.deadline or snap.taken_at))
         window = matching[offset : offset + limit]
         cards = [c for c in (self.card(i) for i in window) if c is not None]
         return Page(cards, len(matching), offset, limit, snap)
@@ -359,15 +370,12 @@ class Inbox:
             return None
         question, answer = found
         listing = _run_of(source.store, key)
-        item = Item(
-            identity,
-            key,
-            question.run_id,
-            question.asked_at,
-            listing.deadline if listing is not None else None,
-            listing.labels if listing is not None else _EMPTY,
-            "",
-        )
+        head = next((h for h in source.questions.headers(key) if h.key == key), None)
+        deadline = head.deadline if head is not None and head.deadline is not None else None
+        if deadline is None and listing is not None:
+            deadline = listing.deadline
+        labels = listing.labels if listing is not None else _EMPTY
+        item = Item(identity, key, question.run_id, question.asked_at, deadline, labels, "")
         return Card(item, question, answer)
 
     def runs(self, identity: str, *, prefix: str = "", offset: int = 0, limit: int = 100) -> list[berth.Listing]:
@@ -407,7 +415,8 @@ class Inbox:
 
         Raises:
             Refused: 404 when nothing is pending at `key`; 409 when `question_id` was
-                superseded (the card then holds the new question) or was already answered.
+                superseded (the card then holds the new question) or was already answered;
+                410 when the question's deadline has passed (its run never resumes).
             berth.InvalidKey: a malformed key (before any I/O).
             berth.InvalidAnswer: a decision the question does not accept, or malformed edit arguments.
         """
@@ -431,6 +440,14 @@ class Inbox:
             raise Refused(404, f"nothing is pending at {where(identity, key)}")
         if card.question.id != question_id:
             raise Refused(409, f"question {question_id!r} at {where(identity, key)} was superseded by a new one", card)
+        if card.expired(_utcnow()):
+            assert card.item.deadline is not None
+            raise Refused(
+                410,
+                f"question {question_id!r} at {where(identity, key)} expired at {card.item.deadline.isoformat()}: "
+                "its run will never resume, so no answer is recorded",
+                card,
+            )
         if card.answer is not None:
             raise Refused(409, f"question {question_id!r} at {where(identity, key)} was already answered", card)
         if decision in ("approve", "reject") and not card.question.accepts and decision in card.choices:

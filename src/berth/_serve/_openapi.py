@@ -110,6 +110,7 @@ OPENAPI: dict[str, Any] = {
                 "parameters": [
                     *_PAGING,
                     _param("label", "Only questions whose run has this label, as name=value (repeatable)."),
+                    _param("sort", "newest (the default) or deadline: the nearest deadline first, none last."),
                 ],
                 "responses": {
                     "200": _json(
@@ -162,6 +163,10 @@ OPENAPI: dict[str, Any] = {
                     "409": _json(
                         {**_ERROR, "properties": {"error": _STR, "question": _QUESTION}},
                         "Superseded (the body holds the new question) or already answered.",
+                    ),
+                    "410": _json(
+                        {**_ERROR, "properties": {"error": _STR, "question": _QUESTION}},
+                        "The question's deadline has passed: its run never resumes, nothing was recorded.",
                     ),
                     "415": _json(_ERROR, "Not application/json."),
                 },

@@ -4,16 +4,193 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
+
+from markupsafe import Markup, escape
 
 import berth
 from berth._cli._output import ago, listing_doc, rfc3339, span
 from berth._serve._auth import Auth
 from berth._serve._inbox import Card, Inbox, Snapshot
+from berth._text import visible, visible_parts
 
-__all__ = ["FILTERS", "answer_doc", "card_id", "metrics_text", "question_doc", "run_doc", "tool_doc"]
+__all__ = [
+    "FILTERS",
+    "answer_doc",
+    "card_id",
+    "fields",
+    "link",
+    "markdown",
+    "metrics_text",
+    "question_doc",
+    "run_doc",
+    "shown",
+    "tool_doc",
+]
+
+FOLD_CHARS = 2000
+"""A string value longer than this is folded: its first lines shown, the whole a click away, never cut."""
+
+
+def shown(text: object, lines: bool = False) -> Markup:
+    """`text` as HTML a person reads: escaped, every control, format or invisible character a visible mark.
+
+    The marks are `berth._text.visible`'s (`\\u202e`), the same as the command line's, each in a
+    `<span class="ctl">` titled with the character's name; nothing is ever applied, so a bidi
+    override cannot reorder what is drawn. `lines=True` keeps line breaks and tabs.
+    """
+    out: list[str] = []
+    for piece, is_mark in visible_parts(str(text), lines=lines):
+        if is_mark:
+            name = unicodedata.name(chr(int(piece[2:], 16)), "control character")
+            out.append(f'<span class="ctl" title="{escape(name.lower())}">{escape(piece)}</span>')
+        else:
+            out.append(str(escape(piece)))
+    return Markup("".join(out))
+
+
+def link(url: str) -> str | None:
+    """`url` if it is an absolute http or https address a person can read as written, else None."""
+    if not url or visible(url) != url or any(c.isspace() for c in url) or len(url) > 2048:
+        return None
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return url
+
+
+def _anchor(url: str, text: Markup) -> str:
+    return f'<a href="{escape(url)}" rel="noopener noreferrer nofollow" target="_blank">{text}</a>'
+
+
+def linked(text: object) -> Markup:
+    """`shown(text)`, or a link to it when it is an http(s) address (a run's label naming its PR or ticket)."""
+    url = link(str(text))
+    return Markup(_anchor(url, shown(url))) if url is not None else shown(text)
+
+
+# The safe Markdown subset of descriptions: inline code, bold, italics, [text](http...) links and
+# bare http(s) addresses; blocks are paragraphs, `-`/`*`/`1.` lists, `#` headings and ``` fences.
+_INLINE = re.compile(
+    r"`(?P<code>[^`\n]+)`"
+    r"|\*\*(?P<bold>[^*\n]+)\*\*"
+    r"|\[(?P<label>[^\]\n]+)\]\((?P<href>[^)\s]+)\)"
+    r"|(?P<url>https?://[^\s<>()\"']+[^\s<>()\"'.,;:!?])"
+    r"|(?<![\w*])[*_](?P<em>[^*_\n]+)[*_](?![\w*])"
+)
+_LIST_ITEM = re.compile(r"^\s{0,3}(?:[-*+]|(?P<n>\d{1,9})[.)])\s+(?P<text>.*)$")
+_HEADING = re.compile(r"^\s{0,3}(?P<level>#{1,6})\s+(?P<text>.*?)\s*#*\s*$")
+
+
+def _inline(text: str) -> str:
+    out: list[str] = []
+    at = 0
+    for m in _INLINE.finditer(text):
+        out.append(shown(text[at : m.start()]))
+        at = m.end()
+        if m["code"] is not None:
+            out.append(f"<code>{shown(m['code'])}</code>")
+        elif m["bold"] is not None:
+            out.append(f"<strong>{_inline(m['bold'])}</strong>")
+        elif m["label"] is not None:
+            url = link(m["href"])
+            out.append(_anchor(url, Markup(_inline(m["label"]))) if url else shown(m.group()))
+        elif m["url"] is not None:
+            url = link(m["url"])
+            out.append(_anchor(url, shown(url)) if url else shown(m.group()))
+        else:
+            out.append(f"<em>{_inline(m['em'])}</em>")
+    out.append(shown(text[at:]))
+    return "".join(out)
+
+
+def markdown(text: str) -> Markup:
+    """A description in a safe subset of Markdown, as HTML: no raw HTML, no images, links only to http(s).
+
+    Everything is escaped and shown with visible marks (`shown`) before any markup is added.
+    """
+    html: list[str] = []
+    paragraph: list[str] = []
+    items: list[str] = []
+    ordered = False
+    lines = text.replace("\r\n", "\n").split("\n")
+
+    def flush() -> None:
+        nonlocal items
+        if paragraph:
+            html.append("<p>" + "<br>".join(_inline(line.strip()) for line in paragraph) + "</p>")
+            paragraph.clear()
+        if items:
+            tag = "ol" if ordered else "ul"
+            html.append(f"<{tag}>" + "".join(f"<li>{_inline(i)}</li>" for i in items) + f"</{tag}>")
+            items = []
+
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.lstrip().startswith("```"):
+            flush()
+            code: list[str] = []
+            i += 1
+            while i < len(lines) and not lines[i].lstrip().startswith("```"):
+                code.append(lines[i])
+                i += 1
+            html.append(f"<pre><code>{shown(chr(10).join(code), lines=True)}</code></pre>")
+        elif not line.strip():
+            flush()
+        elif (h := _HEADING.match(line)) is not None:
+            flush()
+            html.append(f'<p class="heading"><strong>{_inline(h["text"])}</strong></p>')
+        elif (li := _LIST_ITEM.match(line)) is not None:
+            if paragraph or (items and ordered != (li["n"] is not None)):
+                flush()
+            ordered = li["n"] is not None
+            items.append(li["text"])
+        elif items and line.startswith((" ", "\t")):
+            items[-1] += " " + line.strip()
+        else:
+            if items:
+                flush()
+            paragraph.append(line)
+        i += 1
+    flush()
+    return Markup("".join(html))
+
+
+def fields(value: Any) -> Markup:
+    """A JSON value (a tool call's arguments) as nested fields: objects as name/value rows, lists as
+    numbered rows, strings as text that wraps (a long one folded: its start shown, the rest behind a
+    click, never cut); every character shown with visible marks."""
+    if isinstance(value, dict):
+        if not value:
+            return Markup('<span class="empty">{}</span>')
+        rows = "".join(f'<div class="field"><dt>{shown(k)}</dt><dd>{fields(v)}</dd></div>' for k, v in value.items())
+        return Markup(f'<dl class="fields">{rows}</dl>')
+    if isinstance(value, list):
+        if not value:
+            return Markup('<span class="empty">[]</span>')
+        rows = "".join(f"<li>{fields(v)}</li>" for v in value)
+        return Markup(f'<ol class="items" start="0">{rows}</ol>')
+    if isinstance(value, str):
+        if len(value) > FOLD_CHARS:
+            head = value[: FOLD_CHARS // 4]
+            return Markup(
+                f'<details class="fold"><summary><span class="str">{shown(head, lines=True)}</span>'
+                f'<span class="more">… show all {len(value):,} characters</span></summary>'
+                f'<span class="str">{shown(value, lines=True)}</span></details>'
+            )
+        return Markup(f'<span class="str">{shown(value, lines=True)}</span>')
+    if value is None or isinstance(value, bool):
+        return Markup(f'<span class="lit">{json.dumps(value)}</span>')
+    return Markup(f'<span class="num">{escape(json.dumps(value))}</span>')
 
 
 def card_id(identity: str, key: str) -> str:
@@ -29,8 +206,8 @@ def countdown(deadline: datetime | None, now: datetime) -> str:
     return f"{span(left)} left" if left >= 0 else f"expired {span(left)} ago"
 
 
-def prompt_json(prompt: str) -> str | None:
-    """The prompt pretty-printed when it is a JSON object or list (pending tool calls), else None."""
+def prompt_json(prompt: str) -> Markup | None:
+    """The prompt as fields (`fields`) when it is a JSON object or list (pending tool calls), else None."""
     text = prompt.strip()
     if not text or text[0] not in "[{":
         return None
@@ -38,7 +215,7 @@ def prompt_json(prompt: str) -> str | None:
         value = json.loads(text)
     except ValueError:
         return None
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+    return fields(value)
 
 
 def version(card: Card) -> str:
@@ -51,6 +228,11 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "ago": ago,
     "countdown": countdown,
     "prompt_json": prompt_json,
+    "shown": shown,
+    "visible": visible,
+    "linked": linked,
+    "markdown": markdown,
+    "fields": fields,
     "card_id": lambda card: card_id(card.item.identity, card.item.key),
     "version": version,
 }

@@ -87,7 +87,7 @@
     if (etag) headers["If-None-Match"] = etag;
     fetch(liveUrl + window.location.search, { credentials: "same-origin", headers: headers, cache: "no-store" })
       .then(function (r) {
-        if (r.status === 401) { window.location.reload(); return null; }
+        if (r.status === 401) { sessionEnded(); return null; }
         if (r.status === 304 || !r.ok) return null;
         etag = r.headers.get("ETag");
         return r.text();
@@ -95,6 +95,23 @@
       .then(function (html) { if (html !== null && html !== undefined) merge(html); })
       .catch(function () { /* offline for a moment: try again next time */ })
       .then(schedule);
+  }
+
+  // The session ended (a restart, the 12-hour expiry, a log-out elsewhere). Nobody typing: reload,
+  // which leads to the login. Someone typing: keep what they typed, stop polling, and say what happens.
+  function sessionEnded() {
+    var typing = Array.prototype.some.call(document.querySelectorAll("#cards .card"), dirty);
+    if (!typing) { window.location.reload(); return; }
+    paused = true;
+    if (document.getElementById("session-ended")) return;
+    var note = document.createElement("div");
+    note.id = "session-ended";
+    note.className = "notice error";
+    note.setAttribute("role", "alert");
+    note.textContent = "Your session has ended. Sending asks you to log in again; what you typed is kept and " +
+      "filled in again afterwards. Nothing is recorded until you send it then.";
+    var live = document.getElementById("live");
+    live.parentNode.insertBefore(note, live);
   }
 
   var timer = null;
@@ -137,10 +154,54 @@
     }
   });
 
+  // What was typed is kept in this tab until the server has seen it: when the session ended
+  // meanwhile, the login leads back here (?lost=1) and the answer is filled in again, never sent
+  // on its own (the person checks it and sends it).
+  var DRAFT = "berth.draft";
+  function saveDraft(form, button) {
+    var text = form.querySelector("textarea");
+    var card = form.closest(".card");
+    try {
+      sessionStorage.setItem(DRAFT, JSON.stringify({
+        card: card ? card.id : "", question: (form.querySelector("input[name=question_id]") || {}).value || "",
+        text: text ? text.value : "", choice: button && button.value || "", search: window.location.search
+      }));
+    } catch (err) { /* storage disabled: the page still says nothing was recorded */ }
+  }
+  function restoreDraft(notice) {
+    var draft = null;
+    try { draft = JSON.parse(sessionStorage.getItem(DRAFT) || "null"); } catch (err) { draft = null; }
+    if (!draft || !draft.text) return;
+    var card = draft.card && document.getElementById(draft.card);
+    var form = card && card.querySelector("form.answer");
+    var same = form && form.querySelector("input[name=question_id]").value === draft.question;
+    if (!card && draft.search && window.location.search !== draft.search + "&lost=1") {
+      window.location.replace("/" + (draft.search || "?") + "&lost=1");  // the view the answer was typed in
+      return;
+    }
+    var note = document.createElement("p");
+    if (same) {
+      var area = form.querySelector("textarea");
+      area.value = draft.text;
+      note.textContent = "Your answer is filled in again below: check it and send it.";
+      card.scrollIntoView({ block: "center" });
+      area.focus({ preventScroll: true });
+    } else {
+      note.textContent = "The question you answered is no longer open as you saw it. What you typed:";
+      var kept = document.createElement("textarea");
+      kept.readOnly = true; kept.value = draft.text; kept.className = "kept";
+      note.appendChild(kept);
+    }
+    note.className = "restored";
+    notice.appendChild(note);
+    sessionStorage.removeItem(DRAFT);
+  }
+
   // Submitting a form whose question changed still goes to the server, which refuses and shows it.
   document.addEventListener("submit", function (e) {
     var button = e.submitter;
     if (button && button.form && button.form.classList.contains("answer")) {
+      saveDraft(button.form, button);
       button.form.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
       if (button.name) {
         var hidden = document.createElement("input");
@@ -153,7 +214,12 @@
   window.berthInbox = { pause: function () { paused = true; }, resume: function () { paused = false; poll(); } };
   // A refusal is where the eye and the keyboard should land: it says what changed.
   var notice = document.getElementById("notice");
-  if (notice && notice.classList.contains("error")) {
+  if (notice && notice.hasAttribute("data-lost")) {
+    restoreDraft(notice);
+  } else if (notice) {
+    try { sessionStorage.removeItem(DRAFT); } catch (err) { /* nothing kept */ }
+  }
+  if (notice && notice.classList.contains("error") && document.activeElement.tagName !== "TEXTAREA") {
     notice.setAttribute("tabindex", "-1");
     notice.focus();
   }
