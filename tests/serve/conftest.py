@@ -51,6 +51,7 @@ def serving(
     *,
     identities: tuple[str, ...] = (IDENTITY,),
     poll_seconds: float = 0.3,
+    max_age: float = 0,
 ) -> Iterator[Server]:
     """Run an inbox over the SQLite file `db` on a free port until the block ends."""
     import uvicorn
@@ -65,7 +66,7 @@ def serving(
         )
         for i in identities
     ]
-    app = build_app(sources, auth, poll_seconds=poll_seconds, max_age=0)
+    app = build_app(sources, auth, poll_seconds=poll_seconds, max_age=max_age)
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", proxy_headers=False)
     server = uvicorn.Server(config)

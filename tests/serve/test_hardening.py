@@ -7,7 +7,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 import berth
 from berth._cli import cli
-from berth._serve import Auth, AuthError, Source, _auth, build_app, parse_proxies, parse_tokens
+from berth._serve import Auth, AuthError, Inbox, Source, _auth, _inbox, build_app, parse_proxies, parse_tokens
 from berth._serve._auth import FAILURE_WINDOW, FAILURES_ALLOWED
 from tests.serve.conftest import ALICE, IDENTITY, TOKENS, Park, Server, bearer, serving
 from tests.serve.test_auth import csrf_of, logged_in
@@ -344,3 +344,61 @@ def test_failed_logins_count_towards_the_limit_and_it_lifts_after_its_window(mon
     now[0] += FAILURE_WINDOW - FAILURES_ALLOWED
     assert auth.refused_for("10.0.0.1") == 0
     assert auth.login(ALICE, "10.0.0.1") is not None
+
+
+# --- /health and /metrics while the store is unreachable -----------------------------------------------
+
+
+def until(check: Callable[[], bool], seconds: float = 10.0) -> bool:
+    """Whether `check()` comes true within `seconds` (the server lists in a thread of its own)."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@pytest.mark.parametrize("max_age", [0, 0.05], ids=["listed-per-request", "listed-in-background"])
+def test_health_and_metrics_are_honest_while_the_store_is_unreachable(
+    tmp_path: Path, keyring: berth.Keyring, monkeypatch: pytest.MonkeyPatch, max_age: float
+) -> None:
+    def unreachable(self: berth.QuestionStore, prefix: str = "") -> Any:
+        try:
+            raise ConnectionRefusedError("connect to db.internal:5432 as app password=hunter2")
+        except ConnectionRefusedError as exc:
+            raise berth.BackendError("db.internal:5432 password=hunter2 refused", identity=IDENTITY) from exc
+
+    auth = Auth(tokens=parse_tokens(TOKENS))
+    with (
+        serving(tmp_path / "down.db", keyring, auth, max_age=max_age) as server,
+        httpx.Client(base_url=server.url, headers=bearer(ALICE)) as api,
+    ):
+        Park(server)("k", "Still waiting?")
+        assert api.get("/health").json() == {"status": "ok"}
+        assert "\nberth_store_up 1\n" in api.get("/metrics").text
+        with monkeypatch.context() as broken:
+            broken.setattr(berth.QuestionStore, "headers", unreachable)
+            assert until(lambda: api.get("/health").status_code == 503)
+            health = api.get("/health").json()
+            assert health["status"] == "unavailable" and f"identity {IDENTITY!r}" in health["error"]
+            assert "BackendError (ConnectionRefusedError)" in health["error"] and "hunter2" not in health["error"]
+            down = api.get("/metrics")
+            assert down.status_code == 200 and "\nberth_store_up 0\n" in down.text
+            assert "berth_oldest_question_age_seconds" not in down.text and "berth_parked_runs" not in down.text
+            assert "berth_answers_total{" in down.text  # this server's own counters still count
+        assert until(lambda: api.get("/health").status_code == 200)
+        up = api.get("/metrics").text
+        assert "\nberth_store_up 1\n" in up and f'berth_oldest_question_age_seconds{{identity="{IDENTITY}"}}' in up
+
+
+def test_a_listing_that_never_finishes_makes_the_figures_untrusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = berth.open_store("memory://", identity="ops")
+    inbox = Inbox([Source("ops", store, berth.QuestionStore(store.backend, identity="ops"))], max_age=1)
+    inbox.snapshot()
+    assert inbox.trouble() is None
+    later = time.monotonic() + 125
+    monkeypatch.setattr(_inbox, "time", SimpleNamespace(monotonic=lambda: later))
+    trouble = inbox.trouble()
+    assert trouble is not None and "finished 125 s ago" in trouble
+    store.close()

@@ -43,7 +43,7 @@ from berth._serve._auth import (
     new_csrf,
     same_token,
 )
-from berth._serve._inbox import SORTS, Card, Inbox, Refused
+from berth._serve._inbox import SORTS, Card, Inbox, Refused, Snapshot
 from berth._serve._openapi import OPENAPI
 
 __all__ = ["create_app"]
@@ -549,13 +549,22 @@ def create_app(
     async def openapi(request: Request) -> Response:
         return JSONResponse(OPENAPI)
 
+    async def listed() -> Snapshot | None:
+        """The snapshot, or None while the stores cannot be listed or the last listing is too old."""
+        try:
+            snap = await run_in_threadpool(inbox.snapshot)
+        except berth.BerthError:  # the inbox keeps why; trouble() says it
+            return None
+        return None if inbox.trouble() else snap
+
     async def health(request: Request) -> Response:
+        if await listed() is None:
+            return JSONResponse({"status": "unavailable", "error": inbox.trouble()}, status_code=503)
         return JSONResponse({"status": "ok"})
 
     async def metrics(request: Request) -> Response:
         api_person(request)
-        snap = await run_in_threadpool(inbox.snapshot)
-        text = views.metrics_text(inbox, auth, snap)
+        text = views.metrics_text(inbox, auth, await listed())
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # --- errors ----------------------------------------------------------------------------

@@ -36,6 +36,7 @@ SORTS = ("newest", "deadline")
 """How a page may order open questions: newest first, or the nearest deadline first (none last)."""
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _LOOKUPS = 200  # runs looked up one by one per refresh; more wait for the next full listing
+STALE_AFTER = 60.0  # seconds after which a listing that has not finished makes the figures untrustworthy
 _ANSWER_LOCKS = 64  # answers to one key are taken one at a time (keys share these locks by hash)
 
 
@@ -203,6 +204,8 @@ class Inbox:
         self._snapshot: Snapshot | None = None
         self._runs: dict[str, _Runs] = {}
         self._taken = 0.0
+        self._listed_at: float | None = None  # when the last listing succeeded
+        self._failure: str | None = None  # why the last listing failed, if it did
         self._refreshing = False
         self._lock = threading.Lock()  # the current snapshot and counters: held for moments
         self._refresh_lock = threading.Lock()  # one listing at a time: held for as long as it takes
@@ -243,14 +246,42 @@ class Inbox:
         with self._lock:
             self._taken = float("-inf")
 
+    def trouble(self) -> str | None:
+        """Why the figures cannot be trusted now, in one line without secrets; None when they can.
+
+        The last listing failed (the store is unreachable, say), or none has finished for longer than
+        `STALE_AFTER` seconds (or ten times `max_age`, or ten listings' time): the snapshot is frozen.
+        """
+        with self._lock:
+            failure, listed_at, snap = self._failure, self._listed_at, self._snapshot
+        if failure is not None:
+            return failure
+        if listed_at is None or snap is None:
+            return None
+        age = time.monotonic() - listed_at
+        if age > max(STALE_AFTER, 10 * self.max_age, 10 * snap.took):
+            return f"the last listing of the stores finished {age:.0f} s ago: one is stuck or failing"
+        return None
+
     def _refresh(self) -> Snapshot:
         with self._refresh_lock:
             started = time.monotonic()
-            snap = self._take()
+            try:
+                snap = self._take()
+            except Exception as exc:
+                identity = getattr(exc, "identity", None)
+                cause = f" ({type(exc.__cause__).__name__})" if exc.__cause__ is not None else ""
+                with self._lock:  # the exception's class, never its text: that may name hosts or credentials
+                    self._failure = (
+                        f"listing the store{f' of identity {identity!r}' if identity else 's'} failed at "
+                        f"{_utcnow().strftime('%H:%M:%S')} UTC: {type(exc).__name__}{cause}"
+                    )
+                raise
             done = time.monotonic()
             snap = Snapshot(snap.taken_at, snap.items, snap.counts, done - started, snap.labels)
             with self._lock:
                 self._snapshot, self._taken = snap, done
+                self._listed_at, self._failure = done, None
             return snap
 
     def _background(self) -> None:

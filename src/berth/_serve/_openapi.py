@@ -181,9 +181,17 @@ OPENAPI: dict[str, Any] = {
         },
         "/health": {
             "get": {
-                "summary": "Liveness",
+                "summary": "Health: whether the stores can be listed",
                 "security": [],
-                "responses": {"200": _json({"type": "object"}, "The server is up.")},
+                "responses": {
+                    "200": _json(
+                        {"type": "object"}, 'The server is up and its stores listed recently: {"status": "ok"}.'
+                    ),
+                    "503": _json(
+                        {"type": "object"},
+                        'The stores cannot be listed now: {"status": "unavailable", "error": "<what failed>"}.',
+                    ),
+                },
             }
         },
         "/metrics": {

@@ -7,7 +7,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -295,8 +295,13 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def metrics_text(inbox: Inbox, auth: Auth, snap: Snapshot) -> str:
-    """The inbox's figures in the Prometheus text exposition format (0.0.4)."""
+def metrics_text(inbox: Inbox, auth: Auth, snap: Snapshot | None) -> str:
+    """The inbox's figures in the Prometheus text exposition format (0.0.4).
+
+    `snap` None: the stores cannot be listed now (or the last listing is too old), so
+    `berth_store_up` is 0 and the figures read from the stores are left out rather than
+    shown frozen; this server's own counters are still given.
+    """
     lines: list[str] = []
 
     def metric(name: str, kind: str, help_: str, samples: Sequence[tuple[str, float]]) -> None:
@@ -305,26 +310,14 @@ def metrics_text(inbox: Inbox, auth: Auth, snap: Snapshot) -> str:
         lines.extend(f"{name}{labels} {value:g}" for labels, value in samples)
 
     ids = inbox.identities
-    counts = snap.counts
-    by_id = [(f'{{identity="{_label(i)}"}}', i) for i in ids]
-    metric("berth_parked_runs", "gauge", "Envelopes parked.", [(lab, counts[i].parked) for lab, i in by_id])
     metric(
-        "berth_open_questions",
+        "berth_store_up",
         "gauge",
-        "Questions asked and not yet consumed by a waker (answered ones included).",
-        [(lab, counts[i].questions) for lab, i in by_id],
+        "1 when the stores were listed recently; 0: they cannot be (see /health), the figures from them are left out.",
+        [("", 0 if snap is None else 1)],
     )
-    oldest = []
-    for lab, i in by_id:
-        asked = counts[i].oldest_asked
-        oldest.append((lab, max(0.0, (snap.taken_at - asked).total_seconds()) if asked else 0.0))
-    metric("berth_oldest_question_age_seconds", "gauge", "Age of the oldest open question.", oldest)
-    metric(
-        "berth_expired_unswept",
-        "gauge",
-        "Envelopes past their deadline not yet removed by `berth sweep`.",
-        [(lab, counts[i].expired) for lab, i in by_id],
-    )
+    if snap is not None:
+        _store_figures(metric, ids, snap)
     answers = [
         (f'{{identity="{_label(i)}",via="{via}"}}', inbox.answers_given.get((i, via), 0))
         for i in ids
@@ -341,5 +334,32 @@ def metrics_text(inbox: Inbox, auth: Auth, snap: Snapshot) -> str:
         "Tokens refused unchecked (429): too many wrong ones from one client address.",
         [("", auth.rate_limited)],
     )
-    metric("berth_listing_seconds", "gauge", "How long the last listing of every header took.", [("", snap.took)])
+    if snap is not None:
+        metric("berth_listing_seconds", "gauge", "How long the last listing of every header took.", [("", snap.took)])
     return "\n".join(lines) + "\n"
+
+
+def _store_figures(
+    metric: Callable[[str, str, str, Sequence[tuple[str, float]]], None], ids: Sequence[str], snap: Snapshot
+) -> None:
+    counts = snap.counts
+    by_id = [(f'{{identity="{_label(i)}"}}', i) for i in ids]
+    metric("berth_parked_runs", "gauge", "Envelopes parked.", [(lab, counts[i].parked) for lab, i in by_id])
+    metric(
+        "berth_open_questions",
+        "gauge",
+        "Questions asked and not yet consumed by a waker (answered ones included).",
+        [(lab, counts[i].questions) for lab, i in by_id],
+    )
+    now = datetime.now(timezone.utc)
+    oldest = []
+    for lab, i in by_id:
+        asked = counts[i].oldest_asked
+        oldest.append((lab, max(0.0, (now - asked).total_seconds()) if asked else 0.0))
+    metric("berth_oldest_question_age_seconds", "gauge", "Age of the oldest open question.", oldest)
+    metric(
+        "berth_expired_unswept",
+        "gauge",
+        "Envelopes past their deadline not yet removed by `berth sweep`.",
+        [(lab, counts[i].expired) for lab, i in by_id],
+    )
