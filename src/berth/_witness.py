@@ -571,7 +571,7 @@ class Witness:
             yield call("frames", "put", self.note_prefix() + key, _encoder.encode({"after": what}))
         except Exception as exc:  # noqa: BLE001 - the commit stands; the record is still judged good
             log.error(
-                "berth: cannot note the unsettled witness record of %s (%s); the next save or claim settles it",
+                "berth: cannot note the unsettled witness record of %s (%s); the next save of the key settles it",
                 where(self.identity, key),
                 exc,
             )
