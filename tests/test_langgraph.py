@@ -843,3 +843,49 @@ def test_copy_thread_copies_checkpoints_and_writes_only_and_never_raises_expired
     copied = _two_step_graph(BerthSaver(berth.open_store(url, identity="ops", sealer=sealer)), ran)
     state = copied.get_state({"configurable": {"thread_id": "dst"}})
     assert state.values == {"push": "yes"} and [i.value for i in state.interrupts] == ["deploy to production?"]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_with_a_witness_a_deleted_newest_checkpoint_is_refused_not_served_as_the_older_one(
+    flavour: str, tmp_path: Path
+) -> None:
+    from berth.backends import open_backend
+
+    url, witness, sealer = f"sqlite:///{tmp_path}/b.db", f"sqlite:///{tmp_path}/w.db", _sealer()
+    ran: list[Any] = []
+    config = {"configurable": {"thread_id": "t"}}
+    store = berth.open_store(url, identity="ops", sealer=sealer, witness=witness)
+    graph = _two_step_graph(BerthSaver(store), ran)
+    (push,) = graph.invoke({}, config)["__interrupt__"]
+    graph.invoke(__import__("langgraph.types").types.Command(resume={push.id: "yes"}), config)
+    assert ran == [("push", "yes")]
+    newest = graph.checkpointer.get_tuple(config).config["configurable"]["checkpoint_id"]
+    # a storage writer deletes the newest checkpoint and its writes, behind berth's back
+    raw = open_backend(url)
+    doomed = [name for name in raw.scan("ops/langgraph/t/~/c/") if newest in name]
+    assert len(doomed) >= 2
+    for name in doomed:
+        raw.delete(name, raw.get(name)[1])
+    raw.close()
+
+    async def reads() -> None:
+        async with berth.aio.open_store(url, identity="ops", sealer=sealer, witness=witness) as astore:
+            saver = AsyncBerthSaver(astore)
+            with pytest.raises(berth.IntegrityError, match="missing"):
+                await saver.aget_tuple(config)
+            with pytest.raises(berth.IntegrityError, match="missing"):
+                [t async for t in saver.alist(config, limit=2)]
+
+    if flavour == "async":
+        asyncio.run(reads())
+    else:
+        with pytest.raises(berth.IntegrityError, match="missing"):
+            graph.checkpointer.get_tuple(config)
+        with pytest.raises(berth.IntegrityError, match="missing"):
+            list(graph.checkpointer.list(config, limit=2))
+        with pytest.raises(berth.IntegrityError, match="missing"):
+            graph.invoke(__import__("langgraph.types").types.Command(resume={push.id: "yes"}), config)
+    assert ran == [("push", "yes")]  # the push node never ran twice
+    # without a witness nothing can tell: the older checkpoint is what is there
+    plain = BerthSaver(berth.open_store(url, identity="ops", sealer=sealer))
+    assert plain.get_tuple(config).config["configurable"]["checkpoint_id"] < newest

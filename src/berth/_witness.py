@@ -539,6 +539,19 @@ class Witness:
             key=key,
         )
 
+    def keys_after(self, prefix: str, after: str) -> Iterator[str]:
+        """Keys under `prefix` the witness holds a record for that sort after `after`, last first.
+
+        Names only, no record read: a reader that served the frames it found in that range asks
+        the store to `load` each key it did not find (a missing one is refused there).
+        """
+        base = self._prefix
+        for name, *_ in self.backend.sorted_heads(base + prefix, 1, limit=None, reverse=True):
+            key = name[len(base) :]
+            if key <= after:
+                return
+            yield key
+
     def note_prefix(self) -> str:
         """Where, in the store's backend, notes of record writes that failed after a commit point live."""
         return self.identity + _NOTES

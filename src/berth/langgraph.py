@@ -203,6 +203,21 @@ def _asked(questions: Any, prefix: str, limit: int) -> list[str]:
     return [question.key for question, _ in itertools.islice(questions.list(prefix), limit)]
 
 
+def _refuse_unseen(store: Store, prefix: str, after: str, seen: frozenset[str]) -> None:
+    """With a witness: raise `IntegrityError` for a frame under `prefix`, sorting after `after`, that a read
+    did not find and the witness saw parked and never leave (deleted behind berth's back).
+
+    Each key the witness knows there that the read did not see is loaded: one that left (a
+    claim, a delete, a sweep) or landed meanwhile passes; a missing one is refused by the load.
+    """
+    witness = store.core.witness
+    if witness is None:
+        return
+    for key in witness.keys_after(prefix, after):
+        if key not in seen:
+            store.load(key, allow_expired=True)
+
+
 class _SyncIO:
     """The store calls a saver's plans make, over a `berth.Store`."""
 
@@ -233,6 +248,9 @@ class _SyncIO:
 
     def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
         return list(self.store.list(prefix, limit=limit, reverse=reverse))
+
+    def unseen(self, prefix: str, after: str, seen: frozenset[str]) -> None:
+        _refuse_unseen(self.store, prefix, after, seen)
 
     def load(self, key: str) -> Parked | None:
         return self.store.load(key)
@@ -286,6 +304,10 @@ class _AsyncIO:
 
     async def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
         return [item async for item in self.store.list(prefix, limit=limit, reverse=reverse)]
+
+    async def unseen(self, prefix: str, after: str, seen: frozenset[str]) -> None:
+        if self.store.sync.core.witness is not None:
+            await asyncio.to_thread(_refuse_unseen, self.store.sync, prefix, after, seen)
 
     async def load(self, key: str) -> Parked | None:
         return await self.store.load(key)
@@ -483,8 +505,12 @@ class _SaverCore(BaseCheckpointSaver[Any]):
                     continue
                 out.append((key, parked, writes.pop(cid, [])))
                 if len(out) == count:
-                    return out
-            if len(rows) < size:
+                    break
+            if len(out) == count or len(rows) < size:
+                # nothing the witness saw parked in the range read is gone: a deleted newest
+                # checkpoint is refused, never served as the one before it
+                after = out[-1][0] if len(out) == count else ""
+                yield call("io", "unseen", prefix, after, frozenset(key for key, _ in rows))
                 return out
             size *= 4
 
@@ -517,6 +543,7 @@ class _SaverCore(BaseCheckpointSaver[Any]):
             if parked is None:
                 return None
             writes = yield call("io", "frames", self._writes_prefix(thread, ns, str(cid)))
+            yield call("io", "unseen", self._writes_prefix(thread, ns, str(cid)), "", frozenset(k for k, _ in writes))
             found = [(key, parked, writes)]
         else:
             # the latest checkpoint and its writes in one ordered load; each frame's seal binds it
@@ -574,6 +601,7 @@ class _SaverCore(BaseCheckpointSaver[Any]):
             newest = yield from self._newest(prefix, limit)
             return self._tuples(newest, want, None, limit)
         rows = yield call("io", "heads", prefix, None, True)
+        yield call("io", "unseen", prefix, "", frozenset(row.key for row in rows))
         candidates = self._checkpoints(rows, only, before_id)
         out: list[CheckpointTuple] = []
         page = _PAGE if limit is None else min(_PAGE, limit)
@@ -1146,7 +1174,7 @@ async def aresume_once(
         shield.reraise()
 
 
-_READS = frozenset({"asked", "exists", "frames", "heads", "load", "load_many", "sleep"})
+_READS = frozenset({"asked", "exists", "frames", "heads", "load", "load_many", "sleep", "unseen"})
 """Steps a cancellation may cut short: they change nothing."""
 
 
