@@ -119,8 +119,10 @@ class Park:
         identity: str = IDENTITY,
         labels: dict[str, str] | None = None,
         deadline: timedelta = timedelta(hours=2),
+        accepts: tuple[str, ...] = (),
+        tool: berth.ToolRequest | None = None,
     ) -> tuple[str, berth.Question]:
-        """Park a run under prefix+name asking `prompt`; returns (key, question)."""
+        """Park a run under prefix+name asking `prompt` (accepting `accepts`, about `tool`); returns (key, question)."""
         key = self.prefix + name
         coordinator = berth.Coordinator(self.server.stores[identity], self.server.questions[identity])
         env = berth.Envelope(
@@ -134,6 +136,16 @@ class Park:
         coordinator.suspend(key, env, question=prompt)
         question = self.server.questions[identity].pending(key)
         assert question is not None
+        if accepts or tool is not None:  # the same question, declaring its decisions (as the integrations ask)
+            question = self.server.questions[identity].ask(
+                key,
+                prompt,
+                run_id=env.run_id,
+                question_id=question.id,
+                deadline=env.deadline,
+                accepts=accepts,
+                tool=tool,
+            )
         return key, question
 
     def ask_again(self, key: str, prompt: str, *, identity: str = IDENTITY) -> berth.Question:

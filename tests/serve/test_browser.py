@@ -74,7 +74,7 @@ def page(browser: Any) -> Iterator[Any]:
 
 def expected(message: str) -> bool:
     """The console line a browser logs for a page served with a refusal status the test asked for."""
-    return message.startswith("Failed to load resource") and ("status of 401" in message or "status of 409" in message)
+    return message.startswith("Failed to load resource") and any(f"status of {s}" in message for s in (400, 401, 409))
 
 
 def login(page: Any, server: Server, token: str = ALICE, path: str = "/") -> None:
@@ -338,3 +338,61 @@ def test_an_expired_question_is_shown_but_not_answerable(page: Any, inbox: Serve
     assert c.locator(".badge.gone").inner_text() == "expired" and c.locator("form.answer").count() == 0
     assert "never resume" in c.locator(".history").inner_text()
     assert page.locator("#sort").input_value() == "deadline"
+
+
+def test_an_approver_sees_the_tool_call_as_fields_edits_an_argument_and_approves(
+    page: Any, inbox: Server, park: Park
+) -> None:
+    tool = berth.ToolRequest(
+        "archive_email",
+        {"email_id": "m-4711", "folder": "Inbox/Old", "notify": True, "tags": ["billing"]},
+        agent="mail-assistant",
+        description="Moves one email to a folder. See [TICKET-12](https://tickets.example/12) **by the customer**.",
+    )
+    key, q = park("edit", "Archive the email?", accepts=("approve", "edit", "reject"), tool=tool)
+    login(page, inbox)
+    page.goto(inbox.url + f"/?prefix={park.prefix}")
+    c = card(page, key)
+    assert c.locator(".tool .agent").inner_text() == "mail-assistant"
+    assert c.locator(".tool-name").inner_text() == "archive_email"
+    assert c.locator(".tool .args dt").all_inner_texts() == ["email_id", "folder", "notify", "tags"]
+    assert c.locator(".tool .args dt:text-is('folder') + dd").inner_text() == "Inbox/Old"
+    link = c.locator(".description a")
+    assert link.inner_text() == "TICKET-12" and link.get_attribute("href") == "https://tickets.example/12"
+    assert c.locator(".description strong").inner_text() == "by the customer"
+    buttons = c.locator("form.answer button[name=choice]")
+    assert [b.get_attribute("value") for b in buttons.all()] == ["approve", "reject", "edit"]
+    assert c.locator("button[value=respond]").count() == 0  # accepts no free text
+    c.locator("details.edit summary").click()
+    c.locator("textarea[data-arg=folder]").fill("Archive/2026")
+    c.locator("textarea[data-arg=tags]").fill('["billing", "done"]')
+    c.locator("button[value=edit]").click()
+    page.wait_for_selector(".notice.ok")
+    stored = inbox.questions[IDENTITY].answer(key)
+    assert stored is not None and stored.question_id == q.id and stored.decision is berth.Decision.EDIT
+    assert dict(stored.arguments or {}) == {
+        "email_id": "m-4711",
+        "folder": "Archive/2026",
+        "notify": True,
+        "tags": ["billing", "done"],
+    }
+    done = card(page, key).locator(".answered-by")
+    assert (
+        done.get_attribute("data-decision") == "edit" and "Approved with edited arguments by alice" in done.inner_text()
+    )
+    assert done.locator("dt:text-is('folder') + dd").inner_text() == "Archive/2026"
+
+
+def test_an_edit_that_is_not_json_records_nothing_and_says_why(page: Any, inbox: Server, park: Park) -> None:
+    tool = berth.ToolRequest("refund", {"amount": 420})
+    key, _ = park("badjson", "Refund?", accepts=("approve", "edit"), tool=tool)
+    login(page, inbox)
+    page.goto(inbox.url + f"/?prefix={park.prefix}")
+    c = card(page, key)
+    c.locator("details.edit summary").click()
+    c.locator("textarea[data-arg=amount]").fill("42O")
+    c.locator("button[value=edit]").click()
+    notice = page.locator("#notice.error")
+    notice.wait_for()
+    assert "amount is not valid JSON" in notice.inner_text() and "Nothing was recorded" in notice.inner_text()
+    assert inbox.questions[IDENTITY].answer(key) is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import math
 import secrets
@@ -66,6 +67,7 @@ MAX_ANSWER_CHARS = 65536
 MAX_BODY = 1 << 20  # an answer of MAX_ANSWER_CHARS, form-encoded or JSON-escaped, fits
 MAX_SMALL_BODY = 16 << 10  # the login and logout forms
 SMALL_BODIES = ("/login", "/logout")
+MAX_EDITED_ARGUMENTS = 1000
 LOST = "Your session ended before your answer arrived, so nothing was recorded."
 
 log = logging.getLogger("berth.serve")
@@ -380,23 +382,32 @@ def create_app(
         if identity not in inbox.sources:
             raise _Http(404, f"this inbox does not serve identity {identity!r}")
         error: str | None = None
-        if choice == "approve":
-            text = "approve" + (f": {body}" if body else "")
-        elif choice == "reject":
-            text = "reject" + (f": {body}" if body else "")
-        elif choice == "respond":
-            text = body
-            if not text:
-                error = "Write an answer before sending it."
-        else:
-            raise _Http(400, f"unknown choice {choice!r}")
+        if choice not in DECISIONS:
+            raise _Http(400, f"unknown decision {choice[:40]!r}: one of {', '.join(DECISIONS)}")
+        arguments = _edited(form) if choice == "edit" else None
+        if choice == "respond" and not body:
+            error = "Write an answer before sending it."
         if len(body) > MAX_ANSWER_CHARS:
             error = f"An answer is at most {MAX_ANSWER_CHARS} characters."
         status = 400
         fresh: Card | None = None
+        if isinstance(arguments, str):
+            error, arguments = arguments, None
         if error is None:
             try:
-                await run_in_threadpool(inbox.answer, identity, key, question_id, text, by=person, via="page")
+                await run_in_threadpool(
+                    inbox.answer,
+                    identity,
+                    key,
+                    question_id,
+                    body,
+                    by=person,
+                    via="page",
+                    decision=choice,
+                    arguments=arguments,
+                )
+            except berth.InvalidAnswer as exc:
+                error = f"Nothing was recorded: {exc}"
             except Refused as exc:
                 status, fresh = exc.status, exc.card
                 if exc.status == 404:
@@ -662,6 +673,30 @@ def _local(target: object) -> str:
 
 
 DECISIONS = tuple(d.value for d in berth.Decision)
+
+
+def _edited(form: Any) -> dict[str, Any] | str:
+    """The arguments an edit form sends (`edit_name_<i>`, `edit_kind_<i>`, `edit_value_<i>`), or what is wrong.
+
+    A `str` argument is taken as typed; any other is JSON (a number, true, an object) and must parse.
+    """
+    arguments: dict[str, Any] = {}
+    for i in range(MAX_EDITED_ARGUMENTS):
+        name = form.get(f"edit_name_{i}")
+        if name is None:
+            break
+        value = str(form.get(f"edit_value_{i}", ""))
+        if form.get(f"edit_kind_{i}") == "str":
+            arguments[str(name)] = value.replace("\r\n", "\n")
+            continue
+        try:
+            arguments[str(name)] = json.loads(value)
+        except ValueError:
+            return (
+                f"Nothing was recorded: the argument {name!s} is not valid JSON "
+                "(a number, true, false, null, a list or an object)."
+            )
+    return arguments
 
 
 def _decision_of(doc: dict[str, Any]) -> tuple[str | None, str, dict[str, Any] | None]:

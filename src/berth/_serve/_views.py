@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
@@ -169,12 +169,12 @@ def fields(value: Any) -> Markup:
     """A JSON value (a tool call's arguments) as nested fields: objects as name/value rows, lists as
     numbered rows, strings as text that wraps (a long one folded: its start shown, the rest behind a
     click, never cut); every character shown with visible marks."""
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         if not value:
             return Markup('<span class="empty">{}</span>')
         rows = "".join(f'<div class="field"><dt>{shown(k)}</dt><dd>{fields(v)}</dd></div>' for k, v in value.items())
         return Markup(f'<dl class="fields">{rows}</dl>')
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         if not value:
             return Markup('<span class="empty">[]</span>')
         rows = "".join(f"<li>{fields(v)}</li>" for v in value)
@@ -233,6 +233,7 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "linked": linked,
     "markdown": markdown,
     "fields": fields,
+    "as_json": lambda value: json.dumps(value, indent=2, ensure_ascii=False, default=dict),
     "card_id": lambda card: card_id(card.item.identity, card.item.key),
     "version": version,
 }

@@ -35,8 +35,9 @@
   // A card someone is writing in is never replaced under their hands: it is marked stale instead,
   // and sending it shows the new question (the server refuses an answer to a superseded one).
   function dirty(card) {
-    var text = card.querySelector("textarea");
-    return !!text && (text.value.trim() !== "" || document.activeElement === text);
+    return Array.prototype.some.call(card.querySelectorAll("textarea"), function (text) {
+      return text.value !== text.defaultValue || document.activeElement === text;
+    });
   }
 
   function merge(html) {
@@ -136,8 +137,9 @@
     if (typing) {
       if (t.tagName === "TEXTAREA" && e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
         e.preventDefault();
-        var primary = t.form.querySelector("button.primary") || t.form.querySelector("button[type=submit]");
-        if (primary) primary.click();
+        // sends a free-text answer or an edit; a decision (approve, reject) is always a click of its own
+        var send = t.form.querySelector("button[value=respond]") || t.form.querySelector("button[value=edit]");
+        if (send) send.click();
       } else if (e.key === "Escape") {
         t.blur();
       }
@@ -159,40 +161,48 @@
   // on its own (the person checks it and sends it).
   var DRAFT = "berth.draft";
   function saveDraft(form, button) {
-    var text = form.querySelector("textarea");
     var card = form.closest(".card");
+    var values = {};
+    form.querySelectorAll("textarea").forEach(function (t) { values[t.name] = t.value; });
     try {
       sessionStorage.setItem(DRAFT, JSON.stringify({
         card: card ? card.id : "", question: (form.querySelector("input[name=question_id]") || {}).value || "",
-        text: text ? text.value : "", choice: button && button.value || "", search: window.location.search
+        values: values, edit: form.classList.contains("edit-form"), search: window.location.search
       }));
     } catch (err) { /* storage disabled: the page still says nothing was recorded */ }
   }
   function restoreDraft(notice) {
     var draft = null;
     try { draft = JSON.parse(sessionStorage.getItem(DRAFT) || "null"); } catch (err) { draft = null; }
-    if (!draft || !draft.text) return;
+    if (!draft || !draft.values) return;
     var card = draft.card && document.getElementById(draft.card);
-    var form = card && card.querySelector("form.answer");
+    var form = card && card.querySelector(draft.edit ? "form.edit-form" : "form.answer");
     var same = form && form.querySelector("input[name=question_id]").value === draft.question;
     if (!card && draft.search && window.location.search !== draft.search + "&lost=1") {
       window.location.replace("/" + (draft.search || "?") + "&lost=1");  // the view the answer was typed in
       return;
     }
     var note = document.createElement("p");
+    note.className = "restored";
     if (same) {
-      var area = form.querySelector("textarea");
-      area.value = draft.text;
+      Object.keys(draft.values).forEach(function (name) {
+        var t = form.querySelector("textarea[name='" + name.replace(/[^a-z0-9_]/gi, "") + "']");
+        if (t) t.value = draft.values[name];
+      });
+      var details = form.closest("details");
+      if (details) details.open = true;
       note.textContent = "Your answer is filled in again below: check it and send it.";
       card.scrollIntoView({ block: "center" });
-      area.focus({ preventScroll: true });
+      var first = form.querySelector("textarea");
+      if (first) first.focus({ preventScroll: true });
     } else {
       note.textContent = "The question you answered is no longer open as you saw it. What you typed:";
-      var kept = document.createElement("textarea");
-      kept.readOnly = true; kept.value = draft.text; kept.className = "kept";
-      note.appendChild(kept);
+      Object.keys(draft.values).forEach(function (name) {
+        var kept = document.createElement("textarea");
+        kept.readOnly = true; kept.value = draft.values[name]; kept.className = "kept";
+        note.appendChild(kept);
+      });
     }
-    note.className = "restored";
     notice.appendChild(note);
     sessionStorage.removeItem(DRAFT);
   }
