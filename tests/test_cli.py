@@ -881,6 +881,51 @@ def test_answer_bad_input_is_exit_2(home: Path) -> None:
     fails(2, "answer", "../k", "yes", says=["invalid key '../k'"])
 
 
+def ask_tool_approval(questions: berth.QuestionStore, key: str) -> berth.Question:
+    tool = berth.ToolRequest("archive_repo", {"repo": "acme/\u202eold", "force": False}, agent="ops", call_id="c1")
+    return questions.ask(key, "May ops archive it?", accepts=["approve", "reject", "edit", "respond"], tool=tool)
+
+
+def test_answer_with_a_decision(questions: berth.QuestionStore) -> None:
+    for key in ("a", "r", "e", "t", "n"):
+        ask_tool_approval(questions, key)
+    qid = {key: questions.pending(key).id for key in ("a", "r", "e", "t", "n")}  # type: ignore[union-attr]
+    text = ok("answer", "a", "--approve", "fine, it is dead", "--by", "alice", "--question", qid["a"]).stdout
+    assert "as alice (approve)" in text
+    assert (questions.answer("a").decision, questions.answer("a").text) == ("approve", "fine, it is dead")  # type: ignore[union-attr]
+    ok("answer", "r", "--reject", "not on a Friday", "--question", qid["r"])
+    assert (questions.answer("r").decision, questions.answer("r").text) == ("reject", "not on a Friday")  # type: ignore[union-attr]
+    doc = json.loads(ok("answer", "e", "--edit", '{"repo": "acme/older"}', "--question", qid["e"], "--json").stdout)
+    assert doc["decision"] == "edit" and doc["arguments"] == {"repo": "acme/older"}
+    assert dict(questions.answer("e").arguments) == {"repo": "acme/older"}  # type: ignore[union-attr,arg-type]
+    # Plain text: only exactly an approval approves; other text never does.
+    ok("answer", "t", "yes but only archive it", "--question", qid["t"])
+    assert questions.answer("t").decision == "respond"  # type: ignore[union-attr]
+    ok("answer", "n", "approve", "--question", qid["n"])
+    assert questions.answer("n").decision == "approve"  # type: ignore[union-attr]
+    listed = {d["key"]: d for d in json.loads(ok("questions", "--json").stdout)}
+    assert listed["e"]["decisions"] == ["approve", "reject", "edit", "respond"]
+    assert listed["e"]["tool"]["arguments"] == {"repo": "acme/\u202eold", "force": False}
+    assert listed["e"]["decision"] == "edit"
+
+
+def test_answer_decisions_bad_input_is_exit_2(questions: berth.QuestionStore) -> None:
+    q = ask_tool_approval(questions, "k")
+    plain = questions.ask("p", "What priority?")
+    fails(2, "answer", "k", "--approve", "--reject", "no", "--question", q.id, says=["give one decision"])
+    fails(2, "answer", "k", "--edit", "[1]", "--question", q.id, says=["JSON object"])
+    fails(2, "answer", "k", "--edit", "{nope", "--question", q.id, says=["JSON object"])
+    fails(2, "answer", "k", "why", "--reject", "no", "--question", q.id, says=["--reject takes the reason"])
+    fails(2, "answer", "p", "--approve", "--question", plain.id, says=[*where("p"), "accepts respond"])
+    assert questions.answer("k") is None and questions.answer("p") is None
+
+
+def test_answer_shows_the_tool_call_with_controls_escaped(questions: berth.QuestionStore) -> None:
+    ask_tool_approval(questions, "k")
+    line = fails(2, "answer", "k", "--approve", says=["acme/\\u202eold"])
+    assert "\u202e" not in line
+
+
 # --- keys ----------------------------------------------------------------------------------------
 
 

@@ -230,7 +230,7 @@ def _run(settings: Settings, fn: Callable[[], Any]) -> int:
         return fail(exc.format_message(), USAGE)
     except click.Abort:
         return fail("aborted", 130)
-    except (berth.InvalidKey, berth.InvalidEnvelope) as exc:
+    except (berth.InvalidKey, berth.InvalidEnvelope, berth.InvalidAnswer) as exc:
         return fail(_named(settings, exc), USAGE)
     except berth.BerthError as exc:
         return fail(_named(settings, exc), REFUSED)

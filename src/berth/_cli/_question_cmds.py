@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from datetime import datetime
 from typing import IO, Any
@@ -88,9 +89,20 @@ def _question_doc(q: Any, a: Any, deadline: datetime | None) -> dict[str, Any]:
         "prompt": q.prompt,
         "asked_at": rfc3339(q.asked_at),
         "deadline": rfc3339(deadline),
+        "decisions": [d.value for d in q.decisions],
+        "tool": None
+        if q.tool is None
+        else {
+            "name": q.tool.name,
+            "arguments": dict(q.tool.arguments),
+            "agent": q.tool.agent,
+            "description": q.tool.description,
+            "call_id": q.tool.call_id,
+        },
         "answered": a is not None,
         "answered_by": None if a is None else a.by,
         "answered_at": None if a is None else rfc3339(a.answered_at),
+        "decision": None if a is None else a.decision.value,
     }
 
 
@@ -107,6 +119,15 @@ def _question_doc(q: Any, a: Any, deadline: datetime | None) -> dict[str, Any]:
     "Without it, on a terminal, berth shows the pending question and asks you to confirm.",
 )
 @click.option("--by", default=None, metavar="NAME", help="Who answers (default: your user name).")
+@click.option("--approve", "approve", is_flag=True, help="Approve the tool call (TEXT, if given, is a note).")
+@click.option("--reject", "reject", default=None, metavar="REASON", help="Reject it; REASON goes back to the model.")
+@click.option(
+    "--edit",
+    "edit",
+    default=None,
+    metavar="JSON",
+    help="Run the tool call with these arguments instead (a JSON object; TEXT, if given, is a note).",
+)
 @output_options()
 @store_options(env=False)
 @click.pass_obj
@@ -117,6 +138,9 @@ def answer_cmd(
     file: IO[str] | None,
     question_id: str | None,
     by: str | None,
+    approve: bool,
+    reject: str | None,
+    edit: str | None,
     out: str | None,
 ) -> None:
     """Answer the question the run parked under KEY is waiting on.
@@ -127,17 +151,29 @@ def answer_cmd(
     answered in its place. Without a terminal (or with --file -) --question is
     required.
 
+    A tool approval takes a decision: --approve, --reject REASON, or --edit JSON
+    (the call runs with exactly those arguments). Plain TEXT given to an approval
+    approves only when it is exactly an approval (`approve`, `yes`, ...); any other
+    text never approves: the run gets it back as a rejection's reason.
+
     \b
     Example:
       berth questions --prefix org/repo
       berth answer 'org/repo#42' 'yes, push it' --question 3f0c9a...
+      berth answer 'ops/ticket-7/call-1' --edit '{"repo": "acme/old"}' --question 9e1b...
     """
-    if text is None and file is None:
-        raise click.UsageError("give the answer as TEXT, or with --file FILE (- for stdin)")
+    decision, arguments = _decision_options(approve, reject, edit)
+    if reject is not None and (text is not None or file is not None):
+        raise click.UsageError("--reject takes the reason; give no TEXT or --file with it")
     if text is not None and file is not None:
         raise click.UsageError("give the answer as TEXT or with --file, not both")
+    if decision is None and text is None and file is None:
+        raise click.UsageError("give the answer as TEXT, or with --file FILE (- for stdin), or a decision")
     from_stdin = file is not None and getattr(file, "name", "") in ("<stdin>", "-")
-    body = text if text is not None else file.read()  # type: ignore[union-attr]
+    if reject is not None:
+        body = reject
+    else:
+        body = text if text is not None else file.read() if file is not None else ""
     qs = settings.questions()
     q = qs.pending(key)
     if q is None:
@@ -150,6 +186,9 @@ def answer_cmd(
         refuse(f"no question is pending at {where(settings.who, key)}")
     if question_id is None:
         shown = f"question {q.id} at {where(settings.who, key)}: {terminal_safe(repr(q.prompt))}"
+        if q.tool is not None:
+            # repr and JSON escapes: no control character reaches the terminal
+            shown += f" (tool {terminal_safe(repr(q.tool.name))}, arguments {json.dumps(dict(q.tool.arguments))})"
         if from_stdin or not sys.stdin.isatty():
             bad_usage(
                 f"without a terminal nothing confirms which question this answers; the pending {shown}; "
@@ -161,19 +200,40 @@ def answer_cmd(
         question_id = q.id
     who = by or user_name()
     # provide() refuses (AnswerRefused, exit 1) unless `question_id` is still the pending question.
-    answer = qs.provide(key, question_id, body, by=who)
+    answer = qs.provide(key, question_id, body, by=who, decision=decision, arguments=arguments)
     if out:
         emit_json(
             {
                 "key": key,
                 "question_id": answer.question_id,
                 "prompt": q.prompt if q.id == answer.question_id else None,
+                "decision": answer.decision.value,
+                "arguments": None if answer.arguments is None else dict(answer.arguments),
                 "by": answer.by,
                 "answered_at": rfc3339(answer.answered_at),
             }
         )
         return
+    decided = "" if answer.decision.value == "respond" else f" ({answer.decision.value})"
     click.echo(
         f"answered question {answer.question_id} ({terminal_safe(repr(q.prompt))}) at {where(settings.who, key)} "
-        f"as {terminal_safe(who)}: the next waker resumes the run"
+        f"as {terminal_safe(who)}{decided}: the next waker resumes the run"
     )
+
+
+def _decision_options(approve: bool, reject: str | None, edit: str | None) -> tuple[str | None, Any]:
+    """The decision --approve, --reject or --edit names (at most one), with the edit's arguments."""
+    named = [
+        n for n, given in (("approve", approve), ("reject", reject is not None), ("edit", edit is not None)) if given
+    ]
+    if len(named) > 1:
+        raise click.UsageError(f"give one decision, not {' and '.join('--' + n for n in named)}")
+    if edit is None:
+        return (named[0] if named else None), None
+    try:
+        arguments = json.loads(edit)
+    except ValueError as exc:
+        bad_usage(f"--edit takes the tool's new arguments as a JSON object: {exc}")
+    if not isinstance(arguments, dict):
+        bad_usage(f"--edit takes the tool's new arguments as a JSON object, got a JSON {type(arguments).__name__}")
+    return "edit", arguments
