@@ -22,6 +22,7 @@ KEY = "tickets/7"
 WAKERS = 4
 SECRET_REPO = "acme/payroll-archive"
 FRESH, REARM, RESUME = berth.WakeDecision.FRESH, berth.WakeDecision.REARM, berth.WakeDecision.RESUME
+D = berth.Decision
 T = TypeVar("T")
 
 
@@ -61,6 +62,21 @@ class Site:
             pending = questions.pending(f"{key}/call-{i}")
             assert pending is not None, f"no question at {key}/call-{i}"
             questions.provide(f"{key}/call-{i}", pending.id, text, by=by)
+
+    def decide(
+        self,
+        decision: str,
+        text: str = "",
+        *,
+        arguments: dict[str, Any] | None = None,
+        key: str = KEY,
+        by: str = "alice",
+    ) -> berth.Answer:
+        """Answer the question `<key>/call-1` with a structured decision (as the inbox or `berth answer --edit`)."""
+        _, questions = self.open()
+        pending = questions.pending(f"{key}/call-1")
+        assert pending is not None, f"no question at {key}/call-1"
+        return questions.provide(f"{key}/call-1", pending.id, text, by=by, decision=decision, arguments=arguments)
 
     def frames(self) -> dict[str, bytes]:
         """Every stored frame of the identity's envelopes and questions, by backend name."""
@@ -228,3 +244,120 @@ class HitlScenarios:
         outcomes = race(site, self.wake_with(ran), native=False)
         assert [o.decision for o in outcomes].count(RESUME) == 1
         assert ran.calls == [("delete_repo", SECRET_REPO)]
+
+    # --- structured decisions, bound to the call they answer ---------------------------------
+
+    agent_name: ClassVar[str] = ""
+    """The agent name the integration puts in its tool approvals ("" where the framework has none)."""
+
+    async def park_again(self, store: Any, questions: Any, result: Any, agent: Any) -> Any:
+        """Park a resumed run that stopped for the human again."""
+        raise NotImplementedError
+
+    def test_a_tool_approval_is_a_structured_question(self, site: Site) -> None:
+        ran = Counter()
+        asyncio.run(self.start_and_park(site, ran))
+        _, questions = site.open()
+        asked = questions.pending(f"{KEY}/call-1")
+        assert asked is not None and asked.tool is not None
+        assert asked.accepts == (D.APPROVE, D.REJECT, D.EDIT, D.RESPOND)
+        tool = asked.tool
+        assert (tool.name, dict(tool.arguments), tool.call_id) == (
+            "delete_repo",
+            {"name": SECRET_REPO},
+            self.first_call_id,
+        )
+        assert tool.description == "Delete a repository for good." and tool.agent == self.agent_name
+
+    def test_an_edit_runs_the_call_with_exactly_the_edited_arguments(self, site: Site) -> None:
+        ran = Counter()
+        asyncio.run(self.start_and_park(site, ran))
+        site.decide("edit", "only the archive copy", arguments={"name": "acme/payroll-archive-copy"})
+        outcomes = race(site, self.wake_with(ran))
+        (won,) = [o for o in outcomes if o.decision is RESUME]
+        assert ran.calls == [("delete_repo", "acme/payroll-archive-copy")], "ran once, with the edited arguments"
+        assert self.output(won.result) == "tools said: deleted acme/payroll-archive-copy"
+
+    def test_an_approval_with_a_note_runs_the_call(self, site: Site) -> None:
+        ran = Counter()
+        asyncio.run(self.start_and_park(site, ran))
+        site.decide("approve", "fine, it is archived elsewhere")
+        outcome = asyncio.run(site.with_handles(self.wake_with(ran)))
+        assert outcome.decision is RESUME and ran.calls == [("delete_repo", SECRET_REPO)]
+
+    def test_free_text_that_is_not_exactly_an_approval_never_approves(self, site: Site) -> None:
+        ran = Counter()
+        asyncio.run(self.start_and_park(site, ran))
+        site.answer("yes but only archive it")
+        outcome = asyncio.run(site.with_handles(self.wake_with(ran)))
+        assert outcome.decision is RESUME and ran.calls == []
+        said = self.output(outcome.result)
+        assert "yes but only archive it" in said and berth._answers.ANSWER_BEGIN in said  # fed back to the model
+
+    def test_a_structured_rejection_feeds_its_reason_back(self, site: Site) -> None:
+        ran = Counter()
+        asyncio.run(self.start_and_park(site, ran))
+        site.decide("reject", "legal hold until 2027")
+        outcome = asyncio.run(site.with_handles(self.wake_with(ran)))
+        assert outcome.decision is RESUME and ran.calls == []
+        assert "legal hold until 2027" in self.output(outcome.result)
+
+    def test_an_answer_is_never_applied_to_another_call_than_the_one_it_was_given_for(self, site: Site) -> None:
+        """The answered question names another call than the parked run's: that call is never approved."""
+        ran = Counter()
+        asyncio.run(self.start_and_park(site, ran))
+        _, questions = site.open()
+        asked = questions.pending(f"{KEY}/call-1")
+        assert asked is not None and asked.tool is not None
+        other = berth.ToolRequest(asked.tool.name, dict(asked.tool.arguments), call_id="a-later-call")
+        questions.ask(
+            f"{KEY}/call-1", asked.prompt, run_id=asked.run_id, question_id=asked.id, accepts=asked.accepts, tool=other
+        )
+        site.answer("approve")
+        outcome = asyncio.run(site.with_handles(self.wake_with(ran)))
+        assert outcome.decision is RESUME and ran.calls == []
+
+    def test_a_retried_delivery_never_answers_a_later_approval(self, site: Site) -> None:
+        """Approve the first call; the resumed run asks about a second one and is parked again. The first
+        answer delivered again (the human's retry, a duplicated webhook) and wakes retried change nothing."""
+        ran = Counter()
+        second = ("notify", {"channel": "#ops"})
+        asyncio.run(self.start_and_park(site, ran, second=second))
+        _, questions = site.open()
+        first = questions.pending(f"{KEY}/call-1")
+        assert first is not None
+        site.answer("approve")
+
+        async def wake_and_park_again(store: Any, questions: Any) -> Any:
+            agent = self.build(ran, second=second)
+            outcome = await self.wake(store, questions, agent)
+            if outcome.decision is RESUME:
+                await self.park_again(store, questions, outcome.result, agent)
+            return outcome
+
+        outcomes = race(site, wake_and_park_again)
+        assert [o.decision for o in outcomes].count(RESUME) == 1
+        assert ran.calls == [("delete_repo", SECRET_REPO)]
+        _, questions = site.open()
+        later = questions.pending(f"{KEY}/call-1")
+        assert later is not None and later.id != first.id and later.tool is not None and later.tool.name == "notify"
+        with pytest.raises(berth.AnswerRefused):  # the first answer, delivered again
+            questions.provide(f"{KEY}/call-1", first.id, "approve", by="alice")
+        assert questions.answer(f"{KEY}/call-1") is None
+        again = race(site, self.wake_with(ran, second=second))
+        assert {o.decision for o in again} == {REARM} and ran.calls == [("delete_repo", SECRET_REPO)]
+        site.answer("reject: not now")
+        last = asyncio.run(site.with_handles(self.wake_with(ran, second=second)))
+        assert last.decision is RESUME and ran.calls == [("delete_repo", SECRET_REPO)]
+
+    def test_a_question_asked_before_decisions_is_still_answered_by_its_text(self, site: Site) -> None:
+        """A run parked by an earlier berth: its question names no decisions and no call; "approve" still approves."""
+        ran = Counter()
+        asyncio.run(self.start_and_park(site, ran))
+        _, questions = site.open()
+        asked = questions.pending(f"{KEY}/call-1")
+        assert asked is not None
+        questions.ask(f"{KEY}/call-1", asked.prompt, run_id=asked.run_id, question_id=asked.id)  # as before decisions
+        site.answer("approve")
+        outcome = asyncio.run(site.with_handles(self.wake_with(ran)))
+        assert outcome.decision is RESUME and ran.calls == [("delete_repo", SECRET_REPO)]

@@ -249,3 +249,39 @@ def test_sync_and_async_stores_read_each_others_decisions(backend: Flaky) -> Non
 
     answered = asyncio.run(answer())
     assert sync.answer(KEY) == answered and dict(answered.arguments or {}) == {"repo": "acme/x"}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("approve", (True, None)),
+        ("YES.", (True, None)),
+        ("yes but only archive it", (False, "yes but only archive it")),
+        ("approve: fine", (False, "approve: fine")),
+        ("reject: not on a Friday", (False, "not on a Friday")),
+        ("no", (False, None)),
+        ("", (False, None)),
+    ],
+)
+def test_parse_approval_approves_only_exactly_an_approval(text: str, expected: tuple[bool, str | None]) -> None:
+    from berth._hitl import parse_approval
+
+    assert parse_approval(text) == expected
+
+
+def test_tool_decision_reads_each_decision() -> None:
+    from datetime import datetime, timezone
+
+    from berth._hitl import ToolDecision, tool_decision
+
+    def answer(decision: berth.Decision, text: str = "", arguments: dict[str, Any] | None = None) -> berth.Answer:
+        return berth.Answer("q", text, "alice", datetime.now(timezone.utc), decision, arguments)
+
+    assert tool_decision(answer(D.APPROVE, "a note")) == ToolDecision("approve")
+    assert tool_decision(answer(D.EDIT, "", {"a": 1})) == ToolDecision("edit", arguments={"a": 1})
+    assert tool_decision(answer(D.REJECT, " why ")) == ToolDecision("reject", reason="why")
+    assert tool_decision(answer(D.RESPOND, "yes but only archive it")).kind == "reject"
+    assert tool_decision(answer(D.RESPOND, "lgtm")) == ToolDecision("approve")  # a record from before decisions
+    assert tool_decision(answer(D.IGNORE)) == ToolDecision("reject")
+    assert tool_decision(answer(D.EDIT)) == ToolDecision("reject")  # an edit without arguments runs nothing
+    assert tool_decision(None).kind == "reject"

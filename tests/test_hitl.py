@@ -23,7 +23,9 @@ from tests._frameworks import IDENTITY, KEY, Site, make_site
         ("approve", (True, None)),
         ("  Yes ", (True, None)),
         ("OK.", (True, None)),
-        ("approved, go ahead", (True, None)),
+        ("approved, go ahead", (False, "approved, go ahead")),  # not exactly an approval: fails closed
+        ("yes but only archive it", (False, "yes but only archive it")),
+        ("approve: fine", (False, "approve: fine")),
         ("reject", (False, None)),
         ("reject: not on a Friday", (False, "not on a Friday")),
         ("No - the archive is under legal hold", (False, "the archive is under legal hold")),

@@ -32,8 +32,9 @@ from tests._frameworks import (  # noqa: E402
 set_tracing_disabled(True)
 
 
-def responder(calls: list[tuple[str, dict[str, Any]]]) -> Any:
-    """The model: asks for `calls` first; once the tools answered, replies with every output it got."""
+def responder(calls: list[tuple[str, dict[str, Any]]], second: tuple[str, dict[str, Any]] | None = None) -> Any:
+    """The model: asks for `calls` first; once the tools answered, replies with every output it got (or, given
+    `second`, asks for that call once after the first outputs, then replies)."""
 
     def respond(call: ModelCall) -> Any:
         items = call.input if isinstance(call.input, list) else []
@@ -42,6 +43,9 @@ def responder(calls: list[tuple[str, dict[str, Any]]]) -> Any:
             if not (isinstance(item, dict) and item.get("type") == "function_call_output"):
                 break
             outputs.append(str(item.get("output")))
+        asked_second = any(isinstance(i, dict) and i.get("call_id") == "call_later" for i in items)
+        if outputs and second is not None and not asked_second:
+            return [function_call(second[0], second[1], call_id="call_later")]
         if outputs:
             return [assistant_message("tools said: " + " | ".join(reversed(outputs)))]
         return [function_call(name, args, call_id=f"call_{i}") for i, (name, args) in enumerate(calls, 1)]
@@ -50,7 +54,11 @@ def responder(calls: list[tuple[str, dict[str, Any]]]) -> Any:
 
 
 def build(
-    ran: Counter, *, instructions: str = "You run ops.", calls: list[tuple[str, dict[str, Any]]] | None = None
+    ran: Counter,
+    *,
+    instructions: str = "You run ops.",
+    calls: list[tuple[str, dict[str, Any]]] | None = None,
+    second: tuple[str, dict[str, Any]] | None = None,
 ) -> Agent[Any]:
     """A fresh agent, as each process builds it: a risky tool that needs approval, a harmless one."""
 
@@ -67,7 +75,7 @@ def build(
         return f"posted to {channel}"
 
     script = calls or [("delete_repo", {"name": SECRET_REPO})]
-    model = ScriptedModel([ModelStep.respond(responder(script)) for _ in range(4)])
+    model = ScriptedModel([ModelStep.respond(responder(script, second)) for _ in range(6)])
     tools: list[FunctionTool] = [delete_repo, notify]
     return Agent(name="ops", instructions=instructions, tools=tools, model=model)  # type: ignore[arg-type]
 
@@ -75,6 +83,11 @@ def build(
 class TestOpenAIAgents(HitlScenarios):
     provider = "openai-agents"
     first_call_id = "call_1"
+    agent_name = "ops"
+
+    async def park_again(self, store: Any, questions: Any, result: Any, agent: Any) -> Any:
+        assert result.interruptions, "the resumed run stops for the second approval"
+        return await boa.park(store, questions, KEY, result, agent=agent)
 
     def build(self, ran: Counter, **kw: Any) -> Agent[Any]:
         return build(ran, **kw)
@@ -95,6 +108,18 @@ class TestOpenAIAgents(HitlScenarios):
 
     def output(self, result: Any) -> str:
         return str(result.final_output)
+
+    def test_an_edit_the_sdk_schema_does_not_allow_is_a_rejection(
+        self, site: Site, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A RunState schema berth does not know how to edit: the call never runs with other arguments."""
+        monkeypatch.setattr(boa, "EDITABLE_SCHEMAS", frozenset())
+        ran = Counter()
+        asyncio.run(self.start_and_park(site, ran))
+        site.decide("edit", arguments={"name": "acme/other"})
+        outcome = asyncio.run(site.with_handles(self.wake_with(ran)))
+        assert outcome.decision is RESUME and ran.calls == []
+        assert "could not apply the edited arguments" in outcome.result.final_output
 
     def test_a_rejected_approval_never_runs_the_tool(self, site: Site) -> None:
         ran = Counter()

@@ -18,11 +18,17 @@ import berth.pydantic_ai as bpa  # noqa: E402
 from tests._frameworks import KEY, RESUME, SECRET_REPO, Counter, HitlScenarios, Site, race  # noqa: E402
 
 
-def model(calls: list[tuple[str, dict[str, Any]]]) -> FunctionModel:
-    """Asks for `calls` first; once the tools answered, replies with every result it got."""
+def model(calls: list[tuple[str, dict[str, Any]]], second: tuple[str, dict[str, Any]] | None = None) -> FunctionModel:
+    """Asks for `calls` first; once the tools answered, replies with every result it got (or, given `second`,
+    asks for that call once after the first results, then replies)."""
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         returns = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
+        asked_second = any(
+            isinstance(p, ToolCallPart) and p.tool_call_id == "c-later" for m in messages for p in m.parts
+        )
+        if returns and second is not None and not asked_second:
+            return ModelResponse(parts=[ToolCallPart(second[0], second[1], tool_call_id="c-later")])
         if returns:
             return ModelResponse(parts=[TextPart("tools said: " + " | ".join(f"{p.content}" for p in returns))])
         return ModelResponse(parts=[ToolCallPart(n, a, tool_call_id=f"c{i}") for i, (n, a) in enumerate(calls, 1)])
@@ -31,11 +37,15 @@ def model(calls: list[tuple[str, dict[str, Any]]]) -> FunctionModel:
 
 
 def build(
-    ran: Counter, *, instructions: str = "You run ops.", calls: list[tuple[str, dict[str, Any]]] | None = None
+    ran: Counter,
+    *,
+    instructions: str = "You run ops.",
+    calls: list[tuple[str, dict[str, Any]]] | None = None,
+    second: tuple[str, dict[str, Any]] | None = None,
 ) -> Agent[None, str | DeferredToolRequests]:
     """A fresh agent, as each process builds it: a risky tool that needs approval, one run elsewhere."""
     agent: Agent[None, str | DeferredToolRequests] = Agent(
-        model(calls or [("delete_repo", {"name": SECRET_REPO})]),
+        model(calls or [("delete_repo", {"name": SECRET_REPO})], second),
         output_type=[str, DeferredToolRequests],
         instructions=instructions,
     )
@@ -45,6 +55,12 @@ def build(
         """Delete a repository for good."""
         ran(("delete_repo", name))
         return f"deleted {name}"
+
+    @agent.tool_plain(requires_approval=True)
+    def notify(channel: str) -> str:
+        """Post to a channel."""
+        ran(("notify", channel))
+        return f"posted to {channel}"
 
     @agent.tool_plain
     def ticket_status(ticket: int) -> str:
@@ -57,6 +73,10 @@ def build(
 class TestPydanticAI(HitlScenarios):
     provider = "pydantic-ai"
     first_call_id = "c1"
+
+    async def park_again(self, store: Any, questions: Any, result: Any, agent: Any) -> Any:
+        assert isinstance(result.output, DeferredToolRequests), "the resumed run stops for the second approval"
+        return await bpa.park(store, questions, KEY, result, agent=agent)
 
     def build(self, ran: Counter, **kw: Any) -> Agent[None, str | DeferredToolRequests]:
         return build(ran, **kw)

@@ -11,6 +11,14 @@ The sub-questions' ids are ``<parent>.<i>.<n>`` (parent: the id the coordinator
 binds to the parked envelope), so a stale sub-question of an earlier park of the
 same key is never taken for an answer to this one.
 
+Each question is structured (`berth.Decision`, `berth.ToolRequest`): a tool approval
+accepts approve, reject, edit and respond and names its call (name, arguments, agent,
+description, call id); an external call accepts a response. The set's answer carries,
+per call, the sub-question id, the call id and the decision, so a wake applies each
+answer to the one call it was given for (`answers_by_call`), and `tool_decision` reads
+it for the framework: approve, edit with exactly the new arguments, or reject with a
+reason fed back to the model. Free text never approves.
+
 Storage is reached through `berth.aio` when the host hands `berth.aio` stores (the
 coordinator awaited; natively async on PostgreSQL and Redis), and through the sync
 coordinator in a worker thread when it hands sync ones: `Parking._drive`.
@@ -32,29 +40,32 @@ from berth._aio_store import AsyncStore
 from berth._answers import frame_answer
 from berth._coordinator import Coordinator, Wake, WakeDecision
 from berth._envelope import Envelope, check_resumable
-from berth._errors import BerthError, InvalidEnvelope, where
+from berth._errors import InvalidEnvelope, where
 from berth._keys import validate_key
 from berth._plan import Plan, arun, call, run
-from berth._questions import Answer, Question, QuestionStore
+from berth._questions import Answer, Decision, Question, QuestionStore, ToolRequest, read_text
 from berth._store import Store
 
 __all__ = [
+    "APPROVAL",
     "CallQuestions",
     "Outcome",
     "Parking",
     "Pending",
+    "ToolDecision",
     "answers_by_call",
     "call_key",
     "parse_approval",
     "rejection",
+    "tool_decision",
 ]
 
 log = logging.getLogger("berth")
 
 T = TypeVar("T")
 
-_APPROVE = frozenset({"approve", "approved", "yes", "y", "ok", "allow", "allowed", "lgtm"})
-_REJECT = frozenset({"reject", "rejected", "deny", "denied", "no", "n"})
+APPROVAL = (Decision.APPROVE, Decision.REJECT, Decision.EDIT, Decision.RESPOND)
+"""What a tool approval accepts (LangChain Agent Inbox's accept, respond, edit; reject with a reason)."""
 
 
 def call_key(key: str, index: int) -> str:
@@ -63,23 +74,18 @@ def call_key(key: str, index: int) -> str:
 
 
 def parse_approval(text: str) -> tuple[bool, str | None]:
-    """Read a human's answer to an approval question: `(approved, reason)`.
+    """Read a human's plain-text answer to an approval question: `(approved, reason)`.
 
-    `approve`, `yes`, `ok`, ... approve; `reject`, `no`, `deny`, ... reject, with
-    whatever follows as the reason (`reject: not on a Friday`). Anything else,
-    and an empty answer, rejects with the whole text as the reason: an approval
-    is never read into an answer that does not say so.
+    Only an answer that is exactly an approval (`approve`, `yes`, `ok`, ... and nothing
+    else) approves; `reject` or `no` alone, or followed by `:` and a reason, rejects with
+    that reason (`reject: not on a Friday`). Anything else, `yes but only archive it`
+    included, and an empty answer, rejects with the whole text as the reason: an approval
+    is never read into an answer that does not say exactly that.
     """
-    body = text.strip()
-    word, _, rest = body.partition(" ")
-    head, colon, tail = word.partition(":")
-    verb = head.strip(".,;!-").lower()
-    reason = ((tail + " " + rest) if colon else rest).strip(" \t\n:-,;")
-    if verb in _APPROVE:
+    decision, reason = read_text(text, (Decision.APPROVE, Decision.REJECT))
+    if decision is Decision.APPROVE:
         return True, None
-    if verb in _REJECT:
-        return False, reason or None
-    return False, body or None
+    return False, reason or None
 
 
 class Pending(NamedTuple):
@@ -89,15 +95,40 @@ class Pending(NamedTuple):
     name: str
     arguments: str
     kind: str  # "approval" or "result"
+    agent: str = ""
+    description: str = ""
+
+
+def _arguments(arguments: str) -> dict[str, Any] | None:
+    """The call's arguments as a JSON object, or None when the model's text is not one."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _prompt(call: Pending, run_id: str) -> str:
+    who = f"Run {run_id!r}" + (f" (agent {call.agent!r})" if call.agent else "")
     if call.kind == "approval":
         return (
-            f"Run {run_id!r} wants to call {call.name}({call.arguments}). "
-            "Answer 'approve', or 'reject: <reason>' (the reason goes back to the model)."
+            f"{who} wants to call {call.name}({call.arguments}). Approve it, reject it with a reason "
+            "(the reason goes back to the model), or edit its arguments. Free text never approves."
         )
-    return f"Run {run_id!r} waits for the result of {call.name}({call.arguments}). Answer with the tool's result."
+    return f"{who} waits for the result of {call.name}({call.arguments}). Answer with the tool's result."
+
+
+def _structured(call: Pending) -> tuple[tuple[Decision, ...], ToolRequest]:
+    """What the question about `call` accepts, and the call it names."""
+    arguments = _arguments(call.arguments)
+    tool = ToolRequest(
+        call.name or "tool", arguments or {}, agent=call.agent, description=call.description, call_id=call.id
+    )
+    if call.kind != "approval":
+        return (Decision.RESPOND,), tool
+    if arguments is None:  # arguments that are not a JSON object cannot be edited as one
+        return tuple(d for d in APPROVAL if d is not Decision.EDIT), tool
+    return APPROVAL, tool
 
 
 class CallQuestions:
@@ -118,9 +149,10 @@ class CallQuestions:
         for i in range(n, 0, -1):
             call_ = self.calls[i - 1]
             prompt_i = _prompt(call_, run_id)
+            accepts, tool = _structured(call_)
             yield call(
                 "questions", "ask", call_key(key, i), prompt_i, run_id=run_id,
-                question_id=f"{question_id}.{i}.{n}", deadline=self.deadline,
+                question_id=f"{question_id}.{i}.{n}", deadline=self.deadline, accepts=accepts, tool=tool,
             )  # fmt: skip
         i = n + 1
         while (stale := (yield call("questions", "pending", call_key(key, i)))) is not None:
@@ -147,14 +179,25 @@ class CallQuestions:
             return None
         n = int(count)
         answers: list[Answer] = []
+        docs: list[dict[str, Any]] = []
         for i in range(1, n + 1):
             record = first if i == 1 else (yield call("questions", "record", call_key(key, i)))
             if record is None or record[1] is None or record[0].id != f"{parent}.{i}.{n}":
                 return None
-            answers.append(record[1])
+            question, answer = record
+            answers.append(answer)
+            docs.append(
+                {
+                    "question_id": question.id,
+                    "call_id": question.tool.call_id if question.tool is not None else "",
+                    "decision": answer.decision.value,
+                    "text": answer.text,
+                    "arguments": None if answer.arguments is None else dict(answer.arguments),
+                    "by": answer.by,
+                }
+            )
         by = ", ".join(dict.fromkeys(a.by for a in answers))
-        text = json.dumps([a.text for a in answers])
-        return Answer(parent, text, by, max(a.answered_at for a in answers))
+        return Answer(parent, json.dumps(docs), by, max(a.answered_at for a in answers))
 
     def _consume(self, key: str, question_id: str) -> Plan[bool]:
         removed = False
@@ -314,16 +357,82 @@ class Parking:
         return woke
 
 
-def answers_by_call(wake: Wake) -> dict[str, str]:
-    """The human's answer text for each pending call id of a RESUME wake."""
+def answers_by_call(wake: Wake) -> dict[str, Answer]:
+    """The human's answer for each pending call id of a RESUME wake, each bound to the call it was given for.
+
+    The set's answer lists, per call, the sub-question it answered (``<parent>.<i>.<n>``, the
+    parent being the question the parked run is bound to) and the call id that question named.
+    An entry is taken only when both match the parked run's `i`-th pending call, so an answer is
+    never applied to another call than the one it was given for; a call left without one is
+    absent (the integrations leave it pending or deny it, never approve it). Never raises: the
+    claim is already the commit point.
+    """
     assert wake.envelope is not None and wake.answer is not None
-    texts = json.loads(wake.answer.text)
     calls = wake.envelope.pending_calls
-    if not isinstance(texts, list) or len(texts) != len(calls):
-        raise BerthError(
-            f"the answers to run {wake.envelope.run_id!r} do not match its {len(calls)} pending calls",
+    n = len(calls)
+    parent = wake.answer.question_id
+    try:
+        docs = json.loads(wake.answer.text)
+    except ValueError:
+        docs = None
+    if not isinstance(docs, list) or len(docs) != n:
+        log.warning("berth: the answers to run %r do not match its %d pending calls", wake.envelope.run_id, n)
+        return {}
+    found: dict[str, Answer] = {}
+    for i, (call_, doc) in enumerate(zip(calls, docs, strict=True), 1):
+        if not isinstance(doc, dict) or doc.get("question_id") != f"{parent}.{i}.{n}":
+            continue
+        named = doc.get("call_id") or call_.id  # "" for a question asked before it named its call
+        if named != call_.id:
+            continue
+        try:
+            decision = Decision(doc.get("decision", "respond"))
+        except ValueError:
+            continue
+        arguments = doc.get("arguments")
+        text = doc.get("text")
+        if not isinstance(text, str) or (arguments is not None and not isinstance(arguments, dict)):
+            continue
+        found[call_.id] = Answer(
+            doc["question_id"], text, str(doc.get("by", wake.answer.by)), wake.answer.answered_at, decision, arguments
         )
-    return {call.id: text for call, text in zip(calls, texts, strict=True)}
+    return found
+
+
+class ToolDecision(NamedTuple):
+    """What a human decided about one tool call, as a framework applies it.
+
+    `kind` is `approve` (run it as asked), `edit` (run it with exactly `arguments`), or
+    `reject` (do not run it; `reason`, which may be None, goes back to the model).
+    """
+
+    kind: str
+    arguments: dict[str, Any] | None = None
+    reason: str | None = None
+
+
+def tool_decision(answer: Answer | None) -> ToolDecision:
+    """Read an answer to a tool approval: approve, edit or reject, never a guess from prose.
+
+    `approve` approves (its text is a note no framework passes on); `edit` runs the call with the
+    answer's arguments; `reject` rejects with its text as the reason; `ignore` rejects with no
+    reason. A free-text `respond` approves only when it is exactly an approval (as answers given
+    before decisions existed were recorded); any other text rejects, with the text as the reason,
+    fed back to the model. No answer rejects.
+    """
+    if answer is None:
+        return ToolDecision("reject", reason="no answer was given for this call")
+    d = answer.decision
+    if d is Decision.APPROVE:
+        return ToolDecision("approve")
+    if d is Decision.EDIT and answer.arguments is not None:
+        return ToolDecision("edit", arguments=dict(answer.arguments))
+    if d is Decision.RESPOND:
+        approved, reason = parse_approval(answer.text)
+        return ToolDecision("approve") if approved else ToolDecision("reject", reason=reason)
+    if d is Decision.REJECT:
+        return ToolDecision("reject", reason=answer.text.strip() or None)
+    return ToolDecision("reject")  # ignore (or an edit without arguments): nothing runs
 
 
 def rejection(reason: str | None) -> str:

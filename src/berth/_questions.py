@@ -38,6 +38,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -103,6 +104,7 @@ APPROVALS = frozenset({"approve", "approved", "yes", "y", "ok", "okay", "allow",
 """The answers that are exactly an approval (compared trimmed, case-folded, without a final `.` or `!`)."""
 
 _REJECTIONS = frozenset({"reject", "rejected", "deny", "denied", "no", "n"})
+_REJECTION = re.compile(r"(\w+)[.!]?(?:\s*[:\-\u2013\u2014,]\s*(.*))?", re.DOTALL)  # `no`, `reject: why`, `No - why`
 
 
 def is_approval(text: str) -> bool:
@@ -114,7 +116,7 @@ def read_text(text: str, accepts: Iterable[Decision]) -> tuple[Decision, str]:
     """The decision a plain-text answer makes, given what its question accepts: `(decision, text)`.
 
     Exactly an approval approves (where `approve` is accepted); `reject`, `no`, ... alone, or
-    followed by `:` and a reason, reject with that reason (where `reject` is accepted); anything
+    followed by `:` (or `-`, `,`) and a reason, reject with that reason (where `reject` is accepted); anything
     else is a response where `respond` is accepted, else a rejection whose reason is the whole
     text. Free text never approves.
     """
@@ -123,9 +125,9 @@ def read_text(text: str, accepts: Iterable[Decision]) -> tuple[Decision, str]:
     if Decision.APPROVE in accepted and is_approval(body):
         return Decision.APPROVE, ""
     if Decision.REJECT in accepted:
-        head, colon, reason = body.partition(":")
-        if head.strip().rstrip(".!").strip().casefold() in _REJECTIONS and (colon or not reason):
-            return Decision.REJECT, reason.strip()
+        said = _REJECTION.fullmatch(body)
+        if said is not None and said[1].casefold() in _REJECTIONS:
+            return Decision.REJECT, (said[2] or "").strip()
     if Decision.RESPOND in accepted:
         return Decision.RESPOND, text
     if Decision.REJECT in accepted:

@@ -9,9 +9,13 @@
         print(outcome.result.final_output)  # the run went on; the approved tool ran once
 
 The run's `RunState` is parked sealed, with one question per pending tool
-approval. On RESUME (exactly one waker gets it), each answer is applied with
-`RunState.approve`/`reject` (the reason goes back to the model) and the run
-continues with `Runner.run`. The agent's configuration digest (name,
+approval, each a structured tool approval (the tool's name, its arguments as a
+JSON object, the agent's name, the tool's description; it accepts approve,
+reject, edit and respond). On RESUME (exactly one waker gets it), each answer is
+applied to the one call it was given for: approve → `RunState.approve`; edit →
+the call's arguments replaced by exactly the edited ones, then approved; reject
+(or any free text that is not exactly an approval) → `RunState.reject` with the
+reason going back to the model. The run continues with `Runner.run`. The agent's configuration digest (name,
 instructions, model, tools, handoffs) guards the resume: a run parked under
 another configuration is dropped as FRESH (reason "drifted"), never resumed.
 See docs/integrations/openai-agents.md.
@@ -19,6 +23,8 @@ See docs/integrations/openai-agents.md.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -27,7 +33,16 @@ from berth._aio_questions import AsyncQuestionStore
 from berth._aio_store import AsyncStore
 from berth._coordinator import WakeDecision
 from berth._envelope import Envelope, digest_json
-from berth._hitl import Outcome, Parking, Pending, answers_by_call, parse_approval, rejection
+from berth._hitl import (
+    Outcome,
+    Parking,
+    Pending,
+    ToolDecision,
+    answers_by_call,
+    parse_approval,
+    rejection,
+    tool_decision,
+)
 from berth._questions import QuestionStore
 from berth._store import Store
 
@@ -43,6 +58,13 @@ __all__ = ["PROVIDER", "Outcome", "config_digest", "model_name", "park", "parse_
 
 PROVIDER = "openai-agents"
 """The envelope's `provider` for runs parked by this module."""
+
+log = logging.getLogger("berth")
+
+EDITABLE_SCHEMAS = frozenset({"1.21"})
+"""The `RunState.to_json` schema versions whose layout an edit is applied to (the SDK has no public call to
+change a pending call's arguments). A run serialized in another schema gets no edit applied: the call is
+rejected, never run with other arguments than those approved."""
 
 
 def _describe(obj: Any) -> str:
@@ -115,8 +137,62 @@ def _calls(state: RunState[Any, Any]) -> list[Pending]:
     calls = []
     for i, item in enumerate(state.get_interruptions(), 1):
         name = item.qualified_name or item.name or "tool"
-        calls.append(Pending(item.call_id or f"#{i}", name, item.arguments or "{}", "approval"))
+        owner = getattr(item, "agent", None)
+        tools = {getattr(t, "name", None): t for t in (getattr(owner, "tools", None) or ())}
+        description = getattr(tools.get(item.name), "description", "") or ""
+        agent_name = getattr(owner, "name", "") or ""
+        calls.append(
+            Pending(
+                item.call_id or f"#{i}",
+                name,
+                item.arguments or "{}",
+                "approval",
+                agent=agent_name if isinstance(agent_name, str) else "",
+                description=description if isinstance(description, str) else "",
+            )
+        )
     return calls
+
+
+def _edit(state: dict[str, Any], edits: dict[str, dict[str, Any]]) -> bool:
+    """Give every function call in a serialized `RunState` whose call id is edited its new arguments.
+
+    The call appears in the model's response, the generated items, the processed response and the
+    interruption; each gets the same arguments, and the SDK's record of the call's first arguments
+    is dropped so the approval registers the edited call. False (nothing changed) for a schema
+    whose layout is not known (`EDITABLE_SCHEMAS`).
+    """
+    if not edits:
+        return True
+    if state.get("$schemaVersion") not in EDITABLE_SCHEMAS:
+        return False
+    texts = {cid: json.dumps(args, ensure_ascii=False, separators=(",", ":")) for cid, args in edits.items()}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            cid = node.get("call_id")
+            if isinstance(cid, str) and cid in texts and isinstance(node.get("arguments"), str):
+                node["arguments"] = texts[cid]
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(state)
+    context = state.get("context")
+    invocations = context.get("tool_invocations") if isinstance(context, dict) else None
+    if isinstance(invocations, dict):
+        for cid in edits:
+            invocations.pop(cid, None)
+    return True
+
+
+def _arguments_of(item: Any) -> Any:
+    try:
+        return json.loads(item.arguments or "")
+    except ValueError:
+        return None
 
 
 async def park(
@@ -181,8 +257,11 @@ async def wake(
 
     Exactly one waker among any number racing (threads, processes, hosts) gets RESUME
     and runs the approved tools; every other gets REARM or FRESH and runs nothing.
-    Each answer approves (`approve`, `yes`, ...) or rejects (`reject: <reason>`, or
-    anything else: fail closed); a rejected tool never runs, its reason goes to the model.
+    Each answer is applied to the call it was given for (bound by question id and call id):
+    approve runs the call; edit runs it with exactly the edited arguments; reject, and any
+    free text that is not exactly an approval (fail closed), does not run it and its reason
+    goes to the model. A pending call no answer was given for is left pending: the resumed
+    run stops for it again (park `outcome.result` again).
 
     Args:
         store: the identity's envelope store: a `berth.aio.AsyncStore` (awaited, natively async on
@@ -208,13 +287,23 @@ async def wake(
         return Outcome(woke.decision, None, woke)
     assert woke.envelope is not None
     answers = answers_by_call(woke)
-    state = await RunState.from_json(agent, woke.envelope.state(), context_deserializer=context_deserializer)
+    decisions = {call_id: tool_decision(answer) for call_id, answer in answers.items()}
+    edits = {cid: d.arguments for cid, d in decisions.items() if d.kind == "edit" and d.arguments is not None}
+    raw = woke.envelope.state()
+    edited = isinstance(raw, dict) and _edit(raw, edits)
+    state = await RunState.from_json(agent, raw, context_deserializer=context_deserializer)
     for i, item in enumerate(state.get_interruptions(), 1):
-        text = answers.get(item.call_id or f"#{i}")
-        approved, reason = parse_approval(text) if text is not None else (False, "no answer")
-        if approved:
+        decision = decisions.get(item.call_id or f"#{i}")
+        if decision is None:
+            continue  # no answer was given for this call: it stays pending, never answered by another's
+        if decision.kind == "edit" and not (edited and _arguments_of(item) == decision.arguments):
+            log.warning("berth: an edit of call %r could not be applied: the call is rejected", item.call_id)
+            decision = ToolDecision(
+                "reject", reason="berth could not apply the edited arguments, so the call did not run"
+            )
+        if decision.kind in ("approve", "edit"):
             state.approve(item)
         else:
-            state.reject(item, rejection_message=rejection(reason))
+            state.reject(item, rejection_message=rejection(decision.reason))
     result = await Runner.run(agent, state, **run_options)
     return Outcome(WakeDecision.RESUME, result, woke)

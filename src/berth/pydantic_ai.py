@@ -10,9 +10,13 @@
         print(outcome.result.output)
 
 The run's message history is parked sealed, with one question per deferred
-call: an approval (`requires_approval=True`, `ApprovalRequired`) asks
-approve/reject; an external call (`CallDeferred`, external tools) asks for the
-tool's result, and the answer's text is that result. On RESUME (exactly one
+call: an approval (`requires_approval=True`, `ApprovalRequired`) is a structured
+tool approval (the tool's name, its arguments as a JSON object, its description;
+it accepts approve, reject, edit and respond): approve → `True`, edit →
+`ToolApproved(override_args=...)` with exactly the edited arguments, reject (or
+any free text that is not exactly an approval) → `ToolDenied(reason)`; an
+external call (`CallDeferred`, external tools) asks for the tool's result, and
+the answer's text is that result. On RESUME (exactly one
 waker gets it) the run continues with `agent.run(message_history=...,
 deferred_tool_results=...)`. The agent's configuration digest (instructions,
 model, tools) guards the resume: a run parked under another configuration is
@@ -29,14 +33,15 @@ import orjson
 
 from berth._aio_questions import AsyncQuestionStore
 from berth._aio_store import AsyncStore
+from berth._answers import NO_ANSWER
 from berth._coordinator import WakeDecision
 from berth._envelope import Envelope, digest_json
-from berth._hitl import Outcome, Parking, Pending, answers_by_call, parse_approval, rejection
+from berth._hitl import Outcome, Parking, Pending, answers_by_call, parse_approval, rejection, tool_decision
 from berth._questions import QuestionStore
 from berth._store import Store
 
 try:
-    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
+    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
     from pydantic_ai.messages import ModelMessagesTypeAdapter
     from pydantic_ai.models import Model
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -74,6 +79,19 @@ def _tools(agent: Agent[Any, Any]) -> list[Any]:
             tool = tools[name]
             docs.append({**dataclasses.asdict(tool.tool_def), "requires_approval": tool.requires_approval})
     return docs
+
+
+def _descriptions(agent: Agent[Any, Any]) -> dict[str, str]:
+    """Each function tool's description, by name (what an approver reads beside the call)."""
+    found: dict[str, str] = {}
+    for toolset in agent.toolsets:
+        tools = getattr(toolset, "tools", None)
+        if isinstance(tools, dict):
+            for name, tool in tools.items():
+                description = getattr(tool.tool_def, "description", None)
+                if isinstance(description, str):
+                    found[name] = description
+    return found
 
 
 def _instructions(agent: Agent[Any, Any]) -> list[str]:
@@ -156,8 +174,12 @@ async def park(
     requests = result.output
     if not isinstance(requests, DeferredToolRequests):
         raise TypeError(f"park needs a run whose output is DeferredToolRequests, got {type(requests).__name__}")
-    calls = [Pending(c.tool_call_id, c.tool_name, c.args_as_json_str(), "approval") for c in requests.approvals]
-    calls += [Pending(c.tool_call_id, c.tool_name, c.args_as_json_str(), "result") for c in requests.calls]
+    described = _descriptions(agent)
+    calls = [
+        Pending(c.tool_call_id, c.tool_name, c.args_as_json_str(), kind, description=described.get(c.tool_name, ""))
+        for kind, found in (("approval", requests.approvals), ("result", requests.calls))
+        for c in found
+    ]
     parking = _parking(store, questions, agent, default_deadline)
     envelope = parking.envelope(
         key,
@@ -183,9 +205,13 @@ async def wake(
     """Wake the run parked under `key`: on RESUME continue it with the stored history and `DeferredToolResults`.
 
     Exactly one waker among any number racing gets RESUME and runs the approved tools;
-    the others get REARM or FRESH and run nothing. An approval's answer approves
-    (`approve`, `yes`, ...) or denies (`reject: <reason>`, or anything else: fail
-    closed) with `ToolDenied(reason)`; an external call's answer text is its result.
+    the others get REARM or FRESH and run nothing. Each answer is applied to the call it
+    was given for (bound by question id and call id). An approval's answer approves,
+    edits (`ToolApproved(override_args=...)`: exactly the edited arguments) or denies
+    (reject, and any free text that is not exactly an approval: fail closed) with
+    `ToolDenied(reason)`; an external call's answer text is its result. A call no answer
+    was given for is denied, or for an external call gets the sentence `(no answer: ...)`
+    (pydantic-ai needs a result for every deferred call).
 
     Args:
         store: the identity's envelope store: a `berth.aio.AsyncStore` (awaited, natively async on
@@ -211,12 +237,18 @@ async def wake(
     loop = orjson.loads(woke.envelope.loop_state) if woke.envelope.loop_state is not None else {}
     approval_ids = set(loop.get("approvals", ()))
     results = DeferredToolResults()
-    for call_id, text in answers.items():
-        if call_id in approval_ids:
-            approved, reason = parse_approval(text)
-            results.approvals[call_id] = True if approved else ToolDenied(rejection(reason))
+    for call in woke.envelope.pending_calls:
+        answer = answers.get(call.id)
+        if call.id not in approval_ids:
+            results.calls[call.id] = answer.text if answer is not None else NO_ANSWER
+            continue
+        decision = tool_decision(answer)
+        if decision.kind == "approve":
+            results.approvals[call.id] = True
+        elif decision.kind == "edit":
+            results.approvals[call.id] = ToolApproved(override_args=decision.arguments)
         else:
-            results.calls[call_id] = text
+            results.approvals[call.id] = ToolDenied(rejection(decision.reason))
     history = ModelMessagesTypeAdapter.validate_json(woke.envelope.provider_state)
     result = await agent.run(message_history=history, deferred_tool_results=results, **run_options)
     return Outcome(WakeDecision.RESUME, result, woke)
