@@ -402,3 +402,13 @@ def test_a_listing_that_never_finishes_makes_the_figures_untrusted(monkeypatch: 
     trouble = inbox.trouble()
     assert trouble is not None and "finished 125 s ago" in trouble
     store.close()
+
+
+def test_the_addresses_remembered_for_the_limit_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_auth, "_FAILING_PEERS", 3)
+    auth = Auth(tokens=parse_tokens(TOKENS))
+    for n in range(FAILURES_ALLOWED):
+        auth.failed("10.0.0.1", login=False)  # the one limited now
+        auth.failed(f"10.1.0.{n}", login=False)
+    assert len(auth._failures) == 3 and "10.1.0.9" in auth._failures and auth.failed_tokens == 2 * FAILURES_ALLOWED
+    assert auth.refused_for("10.0.0.1") > 0  # the address still failing is the one kept
