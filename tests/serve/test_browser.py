@@ -2,7 +2,7 @@
 
 One browser for the session, a fresh context (cookies) per test. Under CI=true a
 missing Playwright or /usr/bin/chromium fails the run (.ci/run installs chromium).
-Set BERTH_UPDATE_SCREENSHOT=1 to write the README's screenshot to docs/inbox.png.
+Set BERTH_UPDATE_SCREENSHOT=1 to write the pictures of docs/serve.md and the README to docs/.
 """
 
 from __future__ import annotations
@@ -203,47 +203,78 @@ def test_readable_on_a_phone(browser: Any, inbox: Server, park: Park) -> None:
         context.close()
 
 
-def test_screenshot_for_the_readme(browser: Any, tmp_path: Path, keyring: berth.Keyring) -> None:
+def test_screenshots_for_the_docs(browser: Any, tmp_path: Path, keyring: berth.Keyring) -> None:
+    """The pictures of docs/serve.md and the README: the inbox on a desktop and on a phone, a tool
+    approval with its arguments, and an edit of them. BERTH_UPDATE_SCREENSHOT=1 writes them to docs/."""
     with serving(tmp_path / "shot.db", keyring, Auth(tokens=parse_tokens(TOKENS)), identities=(IDENTITY, OTHER)) as s:
         park = Park(s)
         park.prefix = "org/repo#"
         park(
             "41",
             "Push the fix for the flaky test to main?",
-            labels={"repo": "org/repo", "berth.choices": "approve,reject"},
+            labels={"repo": "org/repo", "pr": "https://github.com/org/repo/pull/41", "berth.choices": "approve,reject"},
         )
         park(
             "42",
-            '{"tool": "close_issue", "input": {"issue": 42, "duplicate_of": 17, "comment": "Same crash as #17."}}',
+            "Close issue 42 as a duplicate of 17?",
             labels={"repo": "org/repo"},
             deadline=timedelta(minutes=40),
+            accepts=("approve", "edit", "reject"),
+            tool=berth.ToolRequest(
+                "close_issue",
+                {"issue": 42, "duplicate_of": 17, "comment": "Same crash as #17: the parser fails on empty input."},
+                agent="triage-bot",
+                description="Closes the issue with a comment. Found by **duplicate search**: see "
+                "[#17](https://github.com/org/repo/issues/17).",
+            ),
         )
         park.prefix = "tickets/"
         key, q = park(
             "8812",
             "Refund 420 EUR to customer 1881? Over the 250 EUR limit.",
             identity=OTHER,
-            labels={"team": "support", "berth.choices": "approve,reject"},
+            labels={"team": "support", "ticket": "https://tickets.example/8812", "berth.choices": "approve,reject"},
         )
         s.questions[OTHER].provide(key, q.id, "approve: loyal customer", by="bob")
         park(
             "8815",
-            "Customer asks to delete their account and all data. Go ahead?",
+            "Pay the refund to account \u202e9876-5432\u202c?",
             identity=OTHER,
             labels={"team": "support"},
         )
-        context = browser.new_context(viewport={"width": 1100, "height": 1150}, device_scale_factor=1)
+        shots: dict[str, Path] = {}
+        context = browser.new_context(viewport={"width": 1100, "height": 1400}, device_scale_factor=1)
         try:
             pg = context.new_page()
             login(pg, s)
             pg.locator("article.card").first.wait_for()
-            shot = tmp_path / "inbox.png"
-            pg.screenshot(path=str(shot), full_page=False)
+            shots["inbox.png"] = tmp_path / "inbox.png"
+            pg.screenshot(path=str(shots["inbox.png"]), full_page=False)
+            approval = card(pg, "org/repo#42")
+            shots["inbox-approval.png"] = tmp_path / "inbox-approval.png"
+            approval.screenshot(path=str(shots["inbox-approval.png"]))
+            approval.locator("details.edit summary").click()
+            approval.locator("textarea[data-arg=comment]").fill("Same crash as #17; the fix is in #41.")
+            approval.locator("textarea[data-arg=duplicate_of]").fill("41")
+            shots["inbox-edit.png"] = tmp_path / "inbox-edit.png"
+            approval.screenshot(path=str(shots["inbox-edit.png"]))
         finally:
             context.close()
-    assert shot.stat().st_size > 10_000
-    if os.environ.get("BERTH_UPDATE_SCREENSHOT") == "1":
-        shutil.copyfile(shot, DOCS / "inbox.png")
+        phone = browser.new_context(
+            viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True, device_scale_factor=2
+        )
+        try:
+            pg = phone.new_page()
+            login(pg, s, path="/?sort=deadline")
+            pg.locator("article.card").first.wait_for()
+            shots["inbox-phone.png"] = tmp_path / "inbox-phone.png"
+            pg.screenshot(path=str(shots["inbox-phone.png"]), full_page=False)
+        finally:
+            phone.close()
+    for name, shot in shots.items():
+        assert shot.stat().st_size > 10_000, name
+        if os.environ.get("BERTH_UPDATE_SCREENSHOT") == "1":
+            shutil.copyfile(shot, DOCS / name)
 
 
 # Where a character of the card's prompt is drawn: the left edge of the first occurrence of `ch`.
