@@ -297,3 +297,18 @@ def test_notify_must_be_a_webhook() -> None:
 def test_the_webhook_repr_hides_the_url_path() -> None:
     hook = berth.Webhook("https://hooks.slack.com/services/T0/B0/XYZSECRET", secret=SECRET)
     assert "XYZSECRET" not in repr(hook) and "hooks.slack.com" in repr(hook)
+
+
+def test_once_the_receiver_answers_again_notices_waiting_for_a_retry_go_at_once() -> None:
+    receiver = Receiver(SECRET, port=free_port())
+    hook = berth.Webhook(receiver.url, secret=SECRET, retry_base=10.0, retry_max=10.0)  # a 5-10 s backoff
+    with receiver, hook, berth.open_questions("memory://", identity="pr-bot", notify=hook) as questions:
+        questions.ask("a", "?", run_id="r")
+        questions.ask("b", "?", run_id="r")
+        end = time.monotonic() + 5
+        while hook.stats.failed_attempts < 2 and time.monotonic() < end:
+            hook.flush(0.05)
+        assert hook.stats.failed_attempts == 2  # both wait at least 5 s for their next attempt
+        receiver.start()
+        questions.ask("c", "?", run_id="r")  # delivered at once: the receiver is back
+        assert receiver.wait_for(3, timeout=3.0)

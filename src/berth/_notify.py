@@ -27,7 +27,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
@@ -193,11 +193,13 @@ class Webhook:
         self._heap: list[tuple[float, int, _Delivery]] = []
         self._seq = itertools.count()
         self._in_flight = 0
+        self._backing_off = False  # a notice waits for a retry
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._stopping = False
         self._warned: dict[tuple[str, str, datetime], datetime] = {}  # handled by check_deadlines
+        self._known: dict[str, set[tuple[str, datetime]]] = {}  # open questions check_new has seen
 
     def __repr__(self) -> str:
         return f"berth.Webhook({self._shown_url!r}, include_prompt={self.include_prompt})"
@@ -338,6 +340,71 @@ class Webhook:
             queued += 1
         return queued
 
+    def check_new(self, questions: QuestionHeaders) -> int:
+        """Queue the `asked` notice of each unanswered question of `questions` asked since this webhook's last look.
+
+        For a process that did not ask them (`berth serve`): the first call only notes what is open
+        (announcing it would repeat every open question after each restart); each later call announces
+        the questions that appeared since. Reads headers, and opens only the new records.
+
+        Returns:
+            How many notices were queued.
+
+        Raises:
+            BackendError: listing the headers failed.
+        """
+        if ASKED not in self.events:
+            return 0
+        identity = questions.identity
+        heads = {(h.key, h.created_at): h.deadline for h in questions.headers()}
+        known = self._known.get(identity)
+        self._known[identity] = set(heads)
+        if known is None:
+            return 0
+        queued = 0
+        for key, created in sorted(set(heads) - known, key=lambda k: k[1]):
+            try:
+                record = questions.record(key)
+            except (IntegrityError, FormatError) as exc:
+                log.warning("berth: new-question check skips an unreadable question record: %s", exc)
+                continue
+            if record is None or record[1] is not None:
+                continue  # consumed or answered already: nobody needs telling
+            self.asked(identity, record[0], heads[(key, created)])
+            queued += 1
+        return queued
+
+    def watch(self, stores: Iterable[QuestionHeaders], *, every: float = 5.0) -> Callable[[], None]:
+        """Every `every` seconds, in a thread, `check_new` and `check_deadlines` each of `stores`.
+
+        What `berth serve --notify-url` runs. A failed look is logged and tried again next time.
+
+        Returns:
+            A function that stops the thread (after a look in progress ends).
+        """
+        chosen = list(stores)
+        stop = threading.Event()
+
+        def loop() -> None:
+            while True:
+                for questions in chosen:
+                    try:
+                        self.check_new(questions)
+                        self.check_deadlines(questions)
+                    except Exception as exc:  # the store is down: look again next time
+                        log.warning("berth: notification check of %s failed: %s", where(questions.identity), exc)
+                if stop.wait(every):
+                    return
+
+        thread = threading.Thread(target=loop, name="berth-notify-watch", daemon=True)
+        thread.start()
+
+        def stopper() -> None:
+            stop.set()
+            thread.join(self.timeout)
+
+        return stopper
+
     # --- the queue and the senders ----------------------------------------------------------------
 
     def _put(self, delivery: _Delivery) -> None:
@@ -388,6 +455,11 @@ class Webhook:
                 if retry_in is None and refused is None:
                     self.stats.sent += 1
                     self.stats.by_event[delivery.event] = self.stats.by_event.get(delivery.event, 0) + 1
+                    if self._backing_off:  # the receiver is back: what waits for a retry goes now
+                        now = time.monotonic()
+                        self._heap = [(min(due, now), seq, d) for due, seq, d in self._heap]
+                        heapq.heapify(self._heap)
+                        self._backing_off = False
                 else:
                     self.stats.failed_attempts += 1
                 if refused is not None:
@@ -397,6 +469,7 @@ class Webhook:
                         self._drop(delivery, f"not delivered in {self.retry_for:g} s ({delivery.attempts} attempts)")
                     else:
                         heapq.heappush(self._heap, (time.monotonic() + retry_in, next(self._seq), delivery))
+                        self._backing_off = True
                 self.stats.queued = len(self._heap) + self._in_flight
                 self._cond.notify_all()
 
