@@ -30,10 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-import berth  # noqa: E402
-from berth.testing import make_envelope  # noqa: E402
 from tests._net import free_port  # noqa: E402
 from tests._receiver import Receiver  # noqa: E402
+
+import berth  # noqa: E402
+from berth.testing import make_envelope  # noqa: E402
 
 SECRET = "trial-secret-0123456789abcdef"
 

@@ -312,3 +312,33 @@ def test_once_the_receiver_answers_again_notices_waiting_for_a_retry_go_at_once(
         receiver.start()
         questions.ask("c", "?", run_id="r")  # delivered at once: the receiver is back
         assert receiver.wait_for(3, timeout=3.0)
+
+
+def test_check_new_announces_what_appears_after_its_first_look(receiver: Receiver) -> None:
+    hook = hook_for(receiver)
+    with hook, berth.open_questions("memory://", identity="pr-bot") as questions:  # asks without a webhook
+        questions.ask("before", "?", run_id="r")
+        assert hook.check_new(questions) == 0  # the first look only notes what is open
+        new = questions.ask("after", "new one", run_id="r")
+        answered = questions.ask("answered", "?", run_id="r")
+        questions.provide("answered", answered.id, "done")
+        questions.provide("before", questions.pending("before").id, "done")  # an answer is not a new question
+        assert hook.check_new(questions) == 1
+        assert hook.check_new(questions) == 0
+        assert receiver.wait_for(1) and hook.flush(5)
+    assert [r.payload["berth"]["question_id"] for r in receiver.got] == [new.id]
+
+
+def test_watch_looks_periodically_and_stops(receiver: Receiver) -> None:
+    hook = hook_for(receiver)
+    with hook, berth.open_questions("memory://", identity="pr-bot") as questions:
+        stop = hook.watch([questions], every=0.05)
+        try:
+            end = time.monotonic() + 5
+            while "pr-bot" not in hook._known and time.monotonic() < end:  # the first look is done
+                hook.flush(0.02)
+            questions.ask("k", "?", run_id="r", deadline=datetime.now(timezone.utc) + timedelta(minutes=5))
+            assert receiver.wait_for(2)  # asked, and its deadline is near
+        finally:
+            stop()
+    assert sorted(r.payload["berth"]["event"] for r in receiver.got) == ["question.asked", "question.deadline_near"]

@@ -44,6 +44,39 @@ from berth._errors import where
     type=click.FloatRange(0.2, 3600),
     help="Seconds between live page updates.",
 )
+@click.option(
+    "--notify-url",
+    default=None,
+    envvar="BERTH_NOTIFY_URL",
+    metavar="URL",
+    help=(
+        "POST a signed notice here when a question is asked, nears its deadline or is answered "
+        "(env BERTH_NOTIFY_URL; the secret: BERTH_NOTIFY_SECRET)."
+    ),
+)
+@click.option(
+    "--notify-inbox-url",
+    default=None,
+    envvar="BERTH_NOTIFY_INBOX_URL",
+    metavar="URL",
+    help="This inbox's public URL, linked from each notice (env BERTH_NOTIFY_INBOX_URL).",
+)
+@click.option("--notify-no-prompt", is_flag=True, help="Leave the prompt (customer data) out of notices.")
+@click.option(
+    "--notify-every",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0.5, 3600),
+    help="Seconds between looks for new questions and near deadlines.",
+)
+@click.option(
+    "--notify-warn-before",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    metavar="MINUTES",
+    help="Warn this long before an unanswered question's deadline (0: never).",
+)
 @click.pass_obj
 def serve_cmd(
     settings: Settings,
@@ -53,6 +86,11 @@ def serve_cmd(
     trusted_header: str | None,
     forwarded_allow_ips: str | None,
     poll: float,
+    notify_url: str | None,
+    notify_inbox_url: str | None,
+    notify_no_prompt: bool,
+    notify_every: float,
+    notify_warn_before: float,
 ) -> None:
     """Serve the inbox: a web page and JSON API where people answer parked runs.
 
@@ -73,6 +111,12 @@ def serve_cmd(
     Without either, it listens on loopback only and records answers as your user name.
 
     \b
+    Notifications (docs/notifications.md):
+      BERTH_NOTIFY_URL=https://hooks.slack.com/...  where to POST (Slack's incoming webhooks take it as is)
+      BERTH_NOTIFY_SECRET=SECRET          signs each body (HMAC-SHA256, header Berth-Signature)
+    Announces questions that appear while it runs, warns before deadlines, tells of answers given here.
+
+    \b
     Example:
       berth serve
       BERTH_KEYRING=keys.json berth serve --identity pr-bot --identity support
@@ -91,13 +135,34 @@ def serve_cmd(
         _serve.check_port(host, port)
     except (_serve.AuthError, _serve.ServeError) as exc:
         bad_usage(str(exc))
+    hook = None
+    if notify_url:
+        from datetime import timedelta
+
+        import berth
+        from berth._notify import DEADLINE_NEAR, EVENTS
+
+        if not os.environ.get("BERTH_NOTIFY_SECRET"):
+            bad_usage("--notify-url needs BERTH_NOTIFY_SECRET, the secret to sign notices with: openssl rand -hex 32")
+        events = [e for e in EVENTS if notify_warn_before or e != DEADLINE_NEAR]
+        try:
+            hook = berth.Webhook(
+                notify_url,
+                secret=os.environ.get("BERTH_NOTIFY_SECRET") or "",
+                inbox_url=notify_inbox_url,
+                include_prompt=not notify_no_prompt,
+                events=events,
+                warn_before=timedelta(minutes=notify_warn_before),
+            )
+        except berth.BerthError as exc:
+            bad_usage(f"--notify-url: {exc}")
     names = list(dict.fromkeys(identities)) or [settings.who]
     sources = []
     for name in names:
         one = settings.for_identity(name)
-        sources.append(_serve.Source(name, one.open(keys=False), one.questions()))
+        sources.append(_serve.Source(name, one.open(keys=False), one.questions(notify=hook)))
     try:
-        app = _serve.build_app(sources, auth, poll_seconds=poll)
+        app = _serve.build_app(sources, auth, poll_seconds=poll, notify=hook, notify_every=notify_every)
     except ImportError as exc:
         bad_usage(f"berth serve needs the serve extra: pip install 'berth[serve]' ({exc})")
     shown = f"[{host}]" if ":" in host else host

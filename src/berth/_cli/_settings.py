@@ -114,17 +114,17 @@ class Settings:
         self._stores.append(store)
         return store
 
-    def questions(self, *, keys: bool = True) -> berth.QuestionStore:
+    def questions(self, *, keys: bool = True, notify: berth.Webhook | None = None) -> berth.QuestionStore:
         """Open the question store next to the envelope store, sealed by the same sealer.
 
-        `keys=False` for sweeping, which reads headers only.
+        `keys=False` for sweeping, which reads headers only; `notify` is told of answers given through it.
         """
         from berth._redact import redact_text, redact_url
 
         url = self.store_url()
         sealer = self._resolved_sealer() if keys else berth.PlaintextSealer()
         try:
-            qs = berth.open_questions(url, identity=self.who, sealer=sealer)
+            qs = berth.open_questions(url, identity=self.who, sealer=sealer, notify=notify)
         except berth.InvalidKey as exc:
             bad_usage(str(exc))
         except berth.BerthError as exc:

@@ -188,6 +188,8 @@ def create_app(
     *,
     poll_seconds: float = 3.0,
     secure_cookies: bool | None = None,
+    notify: berth.Webhook | None = None,
+    notify_every: float = 5.0,
 ) -> Starlette:
     """The inbox app for `inbox`, guarded by `auth`.
 
@@ -196,6 +198,9 @@ def create_app(
         auth: tokens, trusted header and sessions.
         poll_seconds: how often an open page asks for changes.
         secure_cookies: mark cookies Secure; None marks them when the request came over https.
+        notify: while the app runs, announces new questions and near deadlines every `notify_every`
+            seconds (`Webhook.watch`); closed with the app; its figures are on /metrics.
+        notify_every: seconds between those looks.
     """
     env = _templates()
     notice_key = secrets.token_bytes(32)  # signs the "answered" notice's key: no link can put other text there
@@ -576,6 +581,8 @@ def create_app(
     async def metrics(request: Request) -> Response:
         api_person(request)
         text = views.metrics_text(inbox, auth, await listed())
+        if notify is not None:
+            text += "\n".join(notify.metrics_lines()) + "\n"
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # --- errors ----------------------------------------------------------------------------
@@ -605,10 +612,17 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
+        stop_watching = None
+        if notify is not None:
+            stop_watching = notify.watch([s.questions for s in inbox.sources.values()], every=notify_every)
         try:
             yield
         finally:
-            await run_in_threadpool(inbox.close)
+            if stop_watching is not None:
+                await run_in_threadpool(stop_watching)
+            await run_in_threadpool(inbox.close)  # a question store's close drains the webhook's queue, bounded
+            if notify is not None:
+                await run_in_threadpool(notify.close)
 
     routes = [
         Route("/", index),
