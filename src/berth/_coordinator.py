@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, Protocol
 from berth._envelope import ENVELOPE_VERSION, Envelope
 from berth._errors import BackendError, BerthError, ConfigDrift, Expired, InvalidEnvelope, TokenMismatch, where
 from berth._keys import validate_key
-from berth._plan import Plan, call, run
+from berth._plan import Plan, call, commit, run
 from berth._public import publish
 from berth._questions import Answer, Question
 from berth._store import Store
@@ -315,7 +315,15 @@ class Coordinator:
             )
             return Wake(WakeDecision.REARM, reason="answer is to another question")
         try:
-            yield call("store", "remove", key, token, "claimed")  # how it left, for a witness
+            # The commit point ("claimed": how it left, for a witness). Cancelled before its outcome is
+            # known (berth.aio), the wake stops there: the run is parked again and its question, not yet
+            # consumed, still holds the answer, so the next wake resumes it. After it, the run is the
+            # caller's: the question is consumed and the wake returns (berth._plan.commit).
+            yield commit(
+                call("store", "remove", key, token, "claimed"),
+                undo=lambda _: self.store.core.handback(key, envelope),
+                delivers=True,
+            )
         except TokenMismatch:
             return Wake(WakeDecision.REARM, reason="another waker won")
         except BerthError as exc:

@@ -26,23 +26,21 @@ coordinator in a worker thread when it hands sync ones: `Parking._drive`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
 from berth._aio_questions import AsyncQuestionStore
-from berth._aio_questions import Coordinator as AsyncCoordinator
 from berth._aio_store import AsyncStore
 from berth._answers import frame_answer
 from berth._coordinator import Coordinator, Wake, WakeDecision
 from berth._envelope import Envelope, check_resumable
 from berth._errors import InvalidEnvelope, where
 from berth._keys import validate_key
-from berth._plan import Plan, arun, call, run
+from berth._plan import InThreads, Plan, arun, call, run
 from berth._questions import Answer, Decision, Question, QuestionStore, ToolRequest, read_text
 from berth._store import Store
 
@@ -302,15 +300,20 @@ class Parking:
         )
 
     async def _drive(
-        self, method: str, key: str, *args: Any, calls: Sequence[Pending] = (), deadline: Any = None
-    ) -> Any:
-        """`suspend` or `wake` of a coordinator over this parking's stores: awaited, or sync in a worker thread."""
+        self, make: Callable[[Coordinator], Plan[T]], calls: Sequence[Pending] = (), deadline: Any = None
+    ) -> T:
+        """A coordinator's plan (`suspend_plan`, `wake_plan`) over this parking's stores, awaited: natively
+        over `berth.aio` ones, each step in a worker thread over sync ones (`InThreads`), so a cancelled
+        wake hands its run back either way (a whole wake in `asyncio.to_thread` dropped it)."""
         options: dict[str, Any] = {"default_deadline": self.default_deadline, "validate": self._validate}
         if self.native:
-            aio = AsyncCoordinator(self.store, AsyncCallQuestions(self.questions, calls, deadline), **options)  # type: ignore[arg-type]
-            return await getattr(aio, method)(key, *args)
-        sync = Coordinator(self.store, CallQuestions(self.questions, calls, deadline), **options)  # type: ignore[arg-type]
-        return await asyncio.to_thread(getattr(sync, method), key, *args)
+            assert isinstance(self.store, AsyncStore) and isinstance(self.questions, AsyncQuestionStore)
+            questions: Any = AsyncCallQuestions(self.questions, calls, deadline)
+            plans = Coordinator(self.store.sync, questions, **options)
+            return await arun(make(plans), {"store": self.store, "questions": questions})
+        questions = CallQuestions(self.questions, calls, deadline)
+        plans = Coordinator(self.store, questions, **options)  # type: ignore[arg-type]
+        return await arun(make(plans), {"store": InThreads(self.store), "questions": InThreads(questions)})
 
     def envelope(
         self,
@@ -349,12 +352,10 @@ class Parking:
         )
 
     async def park(self, key: str, envelope: Envelope, calls: Sequence[Pending]) -> Envelope:
-        parked: Envelope = await self._drive("suspend", key, envelope, calls=calls, deadline=envelope.deadline)
-        return parked
+        return await self._drive(lambda c: c.suspend_plan(key, envelope, None), calls, envelope.deadline)
 
     async def wake(self, key: str) -> Wake:
-        woke: Wake = await self._drive("wake", key)
-        return woke
+        return await self._drive(lambda c: c.wake_plan(key))
 
 
 def answers_by_call(wake: Wake) -> dict[str, Answer]:

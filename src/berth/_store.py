@@ -42,7 +42,7 @@ from berth._errors import (
 )
 from berth._keys import validate_identity, validate_key
 from berth._plaintext import PlaintextSealer
-from berth._plan import INLINE, Plan, call, run
+from berth._plan import INLINE, Plan, call, commit, run
 from berth._public import publish
 from berth._redact import redact_url
 from berth._sealer import PartsSealer, Sealer, as_parts, check_sealer
@@ -473,8 +473,12 @@ class StoreCore:
             raise
         if parked is None:
             return None
-        try:
-            yield call("store", "remove", key, parked.token, "claimed", seen)
+        try:  # the commit point; cancelled before it is known (berth.aio), the run is handed back
+            yield commit(
+                call("store", "remove", key, parked.token, "claimed", seen),
+                undo=lambda _: self.handback(key, parked.envelope),
+                delivers=True,
+            )
         except TokenMismatch:
             return None
         deadline = parked.envelope.deadline
@@ -490,6 +494,29 @@ class StoreCore:
             )
         envelope: Envelope = parked.envelope
         return envelope
+
+    def handback(self, key: str, envelope: Envelope) -> Plan[None]:
+        """Park `envelope` again under `key` (`if_absent`: superseding nothing newer): the undo of a claim or
+        wake whose caller was cancelled before it could be handed the run (`berth._plan.commit`).
+
+        A run past its deadline is not put back (it would never resume); a failure is logged, not raised
+        (the caller's cancellation is what it raises).
+        """
+        deadline = envelope.deadline
+        if deadline is not None and self.clock() > deadline:
+            return None
+        try:
+            yield call("store", "save", key, envelope, if_absent=True)
+        except TokenMismatch:
+            log.info("berth: %s was parked again while a cancelled claim held its run: the newer one stays",
+                     where(self.identity, key))  # fmt: skip
+        except Exception as exc:
+            log.error("berth: a cancelled claim at %s could not put its run back, which is lost: %s",
+                      where(self.identity, key), exc)  # fmt: skip
+        else:
+            log.info("berth: a claim at %s was cancelled before it returned: the run is parked again",
+                     where(self.identity, key))  # fmt: skip
+        return None
 
     @staticmethod
     def header_size(head: Data) -> int:
