@@ -41,6 +41,7 @@ from tests._moto import moto_command  # noqa: E402
 from tests._net import free_port, wait_http  # noqa: E402
 from tests.reliability import (  # noqa: E402
     test_answers,
+    test_cancel,
     test_crash,
     test_faults,
     test_fuzz,
@@ -65,6 +66,7 @@ SCENARIOS = [
     "server-crash",
     "hostile",
     "answers",
+    "cancel",
 ]
 NETWORK = ["postgresql", "redis", "s3", "gcs"]
 UNRECORDED = "-"  # the commit of a row measured before rows named theirs (its run line above may name it)
@@ -81,6 +83,7 @@ TITLES = {
     "server-crash": "server crash: SIGKILL + restart mid save, load, claim",
     "hostile": "hostile: attacks at the seams (issue 12)",
     "answers": test_answers.TITLE,
+    "cancel": "cancel: every await point of claim, wake and the integrations' wakes",
 }
 LONG = {
     "fuzz": 110_000,
@@ -98,6 +101,7 @@ LONG = {
     "hostile-deadline": 20_000,
     "hostile-kms": 40,
     "answers": 200,
+    "cancel": 12,
 }
 QUICK = {
     "fuzz": 420,
@@ -115,6 +119,7 @@ QUICK = {
     "hostile-deadline": 300,
     "hostile-kms": 2,
     "answers": 10,
+    "cancel": 1,
 }
 
 
@@ -255,6 +260,19 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
         yield from _hostile(n, work, local, network, addresses)
     if "answers" in args.only and "sqlite" in args.backends and importlib.util.find_spec("langgraph"):
         yield "answers", "sqlite", lambda: test_answers.run_answers(n["answers"], work / "answers")
+    if "cancel" in args.only:
+        for backend in [*local, *[b for b in network if b in ("postgresql", "redis")]]:
+            address = addresses.get(backend, "")
+            if backend in NETWORK and (not address or not _backend_present(backend)):
+                yield "cancel", backend, lambda: None
+                continue
+            url = test_cancel.url_for(backend, work / f"cancel-{backend}", address=address)
+            (work / f"cancel-{backend}").mkdir()
+            yield (
+                "cancel",
+                backend,
+                lambda b=backend, u=url: test_cancel.run_cancel(b, u, sweeps=n["cancel"], budget=3600),
+            )
     if "server-crash" in args.only:
         for backend, cls in (("postgresql", test_faults.PrivatePostgres), ("redis", test_faults.PrivateRedis)):
             if backend not in args.backends:
@@ -426,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     commit = measured_commit(ROOT, generated=["docs/reliability.md"])
     rows: list[Result] = []
-    served = {"races", "races-witness", "faults", "hostile"}  # the scenarios that run on the servers
+    served = {"races", "races-witness", "faults", "hostile", "cancel"}  # the scenarios that run on the servers
     wanted = [b for b in NETWORK if b in args.backends and served & set(args.only)]
     with servers(wanted) as addresses:
         for scenario, backend, thunk in plan(args, addresses):

@@ -1,0 +1,380 @@
+"""Cancellation at every await point of the commit points: no run lost, none resumed twice.
+
+A *target* is one awaited call that may resume a parked run -- `berth.aio` `AsyncStore.claim`,
+`berth.aio.Coordinator.wake`, the OpenAI Agents and pydantic-ai integrations' `wake` over
+`berth.aio` stores (natively async on PostgreSQL and Redis) and over sync stores (run in worker
+threads) -- with how to park a run for it. Every storage call of the trial's handles (the async
+backend's and its sync twin's: `put`, `get`, `delete`, ...) is an *edge* before it starts and
+another after it returns; the trial parks a run, arms a cancellation at edge k and runs the target
+as a task, for k = 1, 2, ... until the call finishes before its k-th edge. Armed at an edge, the
+task is cancelled at once or, with `jitter`, a random few hundred microseconds later (while a call
+is in flight). Then the same target, uncancelled, tries again: the run must have been resumed by
+exactly one of the two. A run resumed by neither is *lost*, by both is *resumed twice*.
+
+Adding a target is one `Target(park, resume)`: see `TARGETS` (LangGraph's `aresume_once` would be
+`Target(park=<run a graph to its interrupt>, resume=<aresume_once(...) is not None>)`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import random
+import secrets
+import threading
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import berth
+import berth.aio
+from berth.testing import make_envelope
+
+from ._common import Result, Timer
+
+EDGE_METHODS = ("put", "get", "delete", "head", "get_many", "delete_many")
+IDENTITY = "cancel"
+
+
+class Trigger:
+    """Counts the storage edges of one trial; at the armed one, cancels the task under trial."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.edges = 0
+        self.at = 0
+        self.delay = 0.0
+        self.task: asyncio.Task[Any] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.landed = False
+
+    def arm(self, task: asyncio.Task[Any], at: int, delay: float) -> None:
+        with self._lock:
+            self.task, self.at, self.delay, self.edges, self.landed = task, at, delay, 0, False
+            self.loop = asyncio.get_running_loop()
+
+    def disarm(self) -> int:
+        with self._lock:
+            self.task = None
+            return self.edges
+
+    def edge(self) -> None:
+        with self._lock:
+            if self.task is None:
+                return
+            self.edges += 1
+            if self.edges != self.at or self.loop is None:
+                return
+            loop = self.loop
+        loop.call_soon_threadsafe(self._schedule)
+
+    def _schedule(self) -> None:
+        if self.delay and self.loop is not None:
+            self.loop.call_later(self.delay, self._cancel)
+        else:
+            self._cancel()
+
+    def _cancel(self) -> None:
+        task = self.task
+        if task is not None and task.cancel():
+            self.landed = True
+
+
+def instrument(backend: Any, trigger: Trigger) -> None:
+    """Make each storage call of `backend` (sync or async) an edge before it starts and after it returns."""
+    for name in EDGE_METHODS:
+        method = getattr(backend, name, None)
+        if method is None:
+            continue
+        if inspect.iscoroutinefunction(method):
+
+            async def edged_async(*args: Any, _m: Any = method, **kwargs: Any) -> Any:
+                trigger.edge()
+                try:
+                    return await _m(*args, **kwargs)
+                finally:
+                    trigger.edge()
+
+            setattr(backend, name, edged_async)
+        else:
+
+            def edged(*args: Any, _m: Any = method, **kwargs: Any) -> Any:
+                trigger.edge()
+                try:
+                    return _m(*args, **kwargs)
+                finally:
+                    trigger.edge()
+
+            setattr(backend, name, edged)
+
+
+@dataclass
+class Handles:
+    """One backend's `berth.aio` store and question store, their sync twins, and the trigger on all of them."""
+
+    store: berth.aio.AsyncStore
+    questions: berth.aio.AsyncQuestionStore
+    trigger: Trigger
+    ran: dict[str, int] = field(default_factory=dict)
+    """Tool runs of the integration targets, per key."""
+
+    @property
+    def coordinator(self) -> berth.aio.Coordinator:
+        return berth.aio.Coordinator(self.store, self.questions)
+
+    def answer(self, key: str, text: str = "approve") -> None:
+        questions = self.questions.sync
+        pending = questions.pending(key)
+        assert pending is not None, f"nothing asked at {key}"
+        questions.provide(key, pending.id, text)
+
+
+@asynccontextmanager
+async def opened(url: str, **options: Any) -> AsyncIterator[Handles]:
+    """`Handles` on the store at `url`, every storage call an edge of one `Trigger`."""
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    store = berth.aio.open_store(url, identity=IDENTITY, sealer=sealer, **options)
+    if url.startswith("memory:"):  # one memory backend: the questions live beside the runs
+        questions = berth.aio.AsyncQuestionStore(store.backend, identity=IDENTITY, sealer=sealer)
+    else:
+        questions = berth.aio.open_questions(url, identity=IDENTITY, sealer=sealer, **options)
+    trigger = Trigger()
+    for backend in {id(b): b for s in (store, questions) for b in _backends(s)}.values():
+        instrument(backend, trigger)
+    try:
+        yield Handles(store, questions, trigger)
+    finally:
+        if not url.startswith("memory:"):
+            await questions.aclose()
+        await store.aclose()
+
+
+def _backends(handle: Any) -> list[Any]:
+    async_backend = handle.backend if isinstance(handle, berth.aio.AsyncStore) else handle._frames.backend
+    return [async_backend, async_backend.sync]
+
+
+# --- targets: how to park a run for a call, and the call (True: it resumed the run) -------------
+
+
+@dataclass(frozen=True)
+class Target:
+    park: Callable[[Handles, str], Awaitable[None]]
+    resume: Callable[[Handles, str], Awaitable[bool]]
+
+
+async def park_run(h: Handles, key: str) -> None:
+    await h.store.save(key, make_envelope(f"run:{key}"))
+
+
+async def claim(h: Handles, key: str) -> bool:
+    return await h.store.claim(key) is not None
+
+
+async def park_asked(h: Handles, key: str) -> None:
+    await h.coordinator.suspend(key, make_envelope(f"run:{key}"), "ship it?")
+    await asyncio.to_thread(h.answer, key)
+
+
+async def wake(h: Handles, key: str) -> bool:
+    return (await h.coordinator.wake(key)).decision is berth.WakeDecision.RESUME
+
+
+def _integration(module: str, sync: bool) -> Target:
+    """A framework's park and wake (`berth.openai_agents` or `berth.pydantic_ai`), over aio or sync stores."""
+
+    def handles(h: Handles) -> tuple[Any, Any]:
+        return (h.store.sync, h.questions.sync) if sync else (h.store, h.questions)
+
+    def build(h: Handles, key: str) -> Any:
+        def ran(call: Any) -> None:
+            h.ran[key] = h.ran.get(key, 0) + 1
+
+        if module == "openai_agents":
+            from tests.test_openai_agents import build as build_agent
+        else:
+            from tests.test_pydantic_ai import build as build_agent
+        return build_agent(ran)  # type: ignore[arg-type]
+
+    async def park(h: Handles, key: str) -> None:
+        agent = build(h, key)
+        if module == "openai_agents":
+            from agents import Runner
+
+            import berth.openai_agents as integration
+
+            result: Any = await Runner.run(agent, "clean up the old payroll repo")
+        else:
+            import berth.pydantic_ai as integration  # type: ignore[no-redef]
+
+            result = await agent.run("clean up the old payroll repo")
+        await integration.park(*handles(h), key, result, agent=agent)
+        await asyncio.to_thread(h.answer, f"{key}/call-1")
+
+    async def resume(h: Handles, key: str) -> bool:
+        integration: Any
+        if module == "openai_agents":
+            import berth.openai_agents as integration
+        else:
+            import berth.pydantic_ai as integration
+        before = h.ran.get(key, 0)
+        outcome = await integration.wake(*handles(h), key, build(h, key))
+        resumed = outcome.decision is berth.WakeDecision.RESUME
+        assert h.ran.get(key, 0) == before + resumed, "the approved tool runs once per RESUME"
+        return resumed
+
+    return Target(park, resume)
+
+
+TARGETS: dict[str, Callable[[], Target]] = {
+    "claim": lambda: Target(park_run, claim),
+    "wake": lambda: Target(park_asked, wake),
+    "openai_agents.wake": lambda: _integration("openai_agents", sync=False),
+    "openai_agents.wake (sync stores)": lambda: _integration("openai_agents", sync=True),
+    "pydantic_ai.wake": lambda: _integration("pydantic_ai", sync=False),
+    "pydantic_ai.wake (sync stores)": lambda: _integration("pydantic_ai", sync=True),
+}
+
+
+def available(name: str) -> bool:
+    """Whether target `name`'s framework is installed."""
+    import importlib.util
+
+    module = {"openai": "agents", "pydant": "pydantic_ai"}.get(name[:6])
+    return module is None or importlib.util.find_spec(module) is not None
+
+
+# --- the trial -------------------------------------------------------------------------------------
+
+
+async def sweep(h: Handles, name: str, target: Target, result: Result, *, jitter: float, rng: random.Random) -> None:
+    """One key per edge k = 1, 2, ...: park, cancel the call at edge k, try again uncancelled; count."""
+    k = 0
+    while True:
+        k += 1
+        key = f"{name.split(' ')[0]}/{secrets.token_hex(6)}"
+        await target.park(h, key)
+        task = asyncio.ensure_future(target.resume(h, key))
+        h.trigger.arm(task, k, rng.uniform(0, jitter) if jitter else 0.0)
+        try:
+            first = await task
+        except asyncio.CancelledError:
+            first = False
+        except Exception as exc:  # a berth error is a failure of its own
+            first = False
+            result.fail(f"{name} at edge {k}: {type(exc).__name__}: {exc}")
+        edges = h.trigger.disarm()
+        landed = h.trigger.landed
+        again = await target.resume(h, key)
+        result.trials += 1
+        result.counts["cancellations"] = result.counts.get("cancellations", 0) + landed
+        if not first and not again:
+            result.counts["lost"] = result.counts.get("lost", 0) + 1
+            result.fail(f"{name}: cancelled at edge {k} of {edges}: the run was lost")
+        elif first and again:
+            result.counts["twice"] = result.counts.get("twice", 0) + 1
+            result.fail(f"{name}: cancelled at edge {k} of {edges}: the run was resumed twice")
+        if edges < k:  # the call finished before its k-th edge: every edge of it had its turn
+            return
+
+
+async def trial(
+    backend: str, url: str, *, targets: list[str], sweeps: int, budget: float, seed: int = 7, **options: Any
+) -> Result:
+    """`sweeps` sweeps of every target on the store at `url` (the first without jitter, then with)."""
+    result = Result("cancel: every await point of claim, wake and the integrations' wakes", backend)
+    rng = random.Random(seed)
+    timer = Timer(budget)
+    async with opened(url, **options) as h:
+        for i in range(sweeps):
+            for name in targets:
+                if not timer.left():
+                    result.fail(f"overran the {budget:.0f} s budget after {result.trials} trials")
+                    break
+                await sweep(h, name, TARGETS[name](), result, jitter=0.0 if i == 0 else 0.0005, rng=rng)
+    result.seconds = timer.elapsed()
+    result.notes.insert(
+        0,
+        f"{result.counts.get('cancellations', 0):,} cancellations landed over {result.trials:,} trials of "
+        f"{len(targets)} targets; {result.counts.get('lost', 0)} runs lost, "
+        f"{result.counts.get('twice', 0)} resumed twice",
+    )
+    return result
+
+
+def run_cancel(backend: str, url: str, *, sweeps: int, budget: float = 600.0, **options: Any) -> Result:
+    """The trial on one backend, every target whose framework is installed (a script's entry point)."""
+    targets = [name for name in TARGETS if available(name)]
+    os.environ.setdefault("OPENAI_API_KEY", "sk-test-not-a-real-key")  # nothing may reach a provider
+    os.environ["OPENAI_AGENTS_DISABLE_TRACING"] = "1"
+    with warnings.catch_warnings():
+        # Redis' durability warning (the test server runs without AOF), met at the first write
+        warnings.filterwarnings("ignore", message=".*can lose writes it acknowledged")
+        return asyncio.run(trial(backend, url, targets=targets, sweeps=sweeps, budget=budget, **options))
+
+
+def url_for(backend: str, tmp: Path, request: pytest.FixtureRequest | None = None, address: str = "") -> str:
+    """A fresh store of `backend`: under `tmp` for the local ones, a fresh table or prefix on a server."""
+    if backend == "memory":
+        return "memory://"
+    if backend == "file":
+        return f"file://{tmp / 'store'}"
+    if backend == "sqlite":
+        return f"sqlite:///{tmp / 'berth.db'}"
+    if request is not None:
+        address = request.getfixturevalue({"postgresql": "postgres_dsn", "redis": "redis_url"}[backend])
+    if backend == "postgresql":
+        sep = "&" if "?" in address else "?"
+        return f"{address}{sep}table=cancel_{secrets.token_hex(4)}"
+    return f"{address}?prefix=cancel-{secrets.token_hex(4)}:"
+
+
+BACKENDS = ["memory", "file", "sqlite", "postgresql", "redis"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_cancellation_loses_a_run_or_resumes_it_twice(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    result = run_cancel(backend, url_for(backend, tmp_path, request), sweeps=1, budget=120)
+    summary = result.notes[0]
+    result.notes = result.notes[1:]
+    result.check()
+    assert result.counts.get("cancellations", 0) >= 3 * len(TARGETS), summary  # it bit: cancels landed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_cancellation_loses_a_run_long(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    result = run_cancel(backend, url_for(backend, tmp_path, request), sweeps=12, budget=1800)
+    result.notes = result.notes[1:]
+    result.check()
+
+
+@pytest.mark.parametrize("name", ["claim", "wake"])
+def test_the_trial_catches_a_commit_point_that_drops_its_run(name: str, tmp_path: Path) -> None:
+    """The checker has teeth: a claim or wake run as a whole in a worker thread (as the integrations'
+    wakes on sync stores were) loses runs when cancelled."""
+
+    async def in_a_thread(h: Handles, key: str) -> bool:
+        if name == "claim":
+            return await asyncio.to_thread(h.store.sync.claim, key) is not None
+        coordinator = berth.Coordinator(h.store.sync, h.questions.sync)
+        woke = await asyncio.to_thread(coordinator.wake, key)
+        return woke.decision is berth.WakeDecision.RESUME
+
+    park = park_run if name == "claim" else park_asked
+    TARGETS["dropping"] = lambda: Target(park, in_a_thread)
+    try:
+        result = asyncio.run(
+            trial("memory", "memory://", targets=["dropping"], sweeps=3, budget=60)  # type: ignore[arg-type]
+        )
+    finally:
+        del TARGETS["dropping"]
+    assert result.counts.get("lost", 0) > 0, result.notes
