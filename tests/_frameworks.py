@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -120,8 +121,10 @@ def race(site: Site, wake: Callable[[Any, Any], Awaitable[Any]], *, native: bool
     threads = [threading.Thread(target=run, args=(i,)) for i in range(WAKERS)]
     for t in threads:
         t.start()
+    stop = time.monotonic() + 120
     for t in threads:
-        t.join(timeout=120)
+        t.join(timeout=max(0.0, stop - time.monotonic()))
+    assert not [t.name for t in threads if t.is_alive()], "a waker still ran 120 s after the race began"
     assert not errors, errors
     return outcomes
 

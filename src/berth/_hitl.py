@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
@@ -300,7 +300,11 @@ class Parking:
         )
 
     async def _drive(
-        self, make: Callable[[Coordinator], Plan[T]], calls: Sequence[Pending] = (), deadline: Any = None
+        self,
+        make: Callable[[Coordinator], Plan[T]],
+        calls: Sequence[Pending] = (),
+        deadline: Any = None,
+        resume: Callable[[Wake], Awaitable[Any]] | None = None,
     ) -> T:
         """A coordinator's plan (`suspend_plan`, `wake_plan`) over this parking's stores, awaited: natively
         over `berth.aio` ones, each step in a worker thread over sync ones (`InThreads`), so a cancelled
@@ -310,10 +314,11 @@ class Parking:
             assert isinstance(self.store, AsyncStore) and isinstance(self.questions, AsyncQuestionStore)
             questions: Any = AsyncCallQuestions(self.questions, calls, deadline)
             plans = Coordinator(self.store.sync, questions, **options)
-            return await arun(make(plans), {"store": self.store, "questions": questions})
+            return await arun(make(plans), {"store": self.store, "questions": questions, "framework": resume})
         questions = CallQuestions(self.questions, calls, deadline)
         plans = Coordinator(self.store, questions, **options)  # type: ignore[arg-type]
-        return await arun(make(plans), {"store": InThreads(self.store), "questions": InThreads(questions)})
+        targets = {"store": InThreads(self.store), "questions": InThreads(questions), "framework": resume}
+        return await arun(make(plans), targets)
 
     def envelope(
         self,
@@ -355,7 +360,26 @@ class Parking:
         return await self._drive(lambda c: c.suspend_plan(key, envelope, None), calls, envelope.deadline)
 
     async def wake(self, key: str) -> Wake:
+        """The coordinator's wake of the run under `key`, alone (the framework's run is `resume`'s)."""
         return await self._drive(lambda c: c.wake_plan(key))
+
+    async def resume(self, key: str, resume: Callable[[Wake], Awaitable[Any]]) -> Outcome:
+        """Wake the run under `key`; on RESUME, `await resume(wake)` (the framework's run) as the plan's last step.
+
+        The framework's run is a step after the commit point: cancelled while it runs, it runs on to
+        its end and the outcome is returned (`berth._plan.commit`), so a delivered run is never dropped
+        half-resumed; cancelled before the commit's outcome is known, the run is parked again.
+        """
+        return await self._drive(lambda c: _wake_then(c, key), resume=resume)
+
+
+def _wake_then(coordinator: Coordinator, key: str) -> Plan[Outcome]:
+    """The coordinator's wake, then on RESUME the framework's run (the "framework" role: an async callable)."""
+    woke = yield from coordinator.wake_plan(key)
+    if woke.decision is not WakeDecision.RESUME:
+        return Outcome(woke.decision, None, woke)
+    result = yield call("framework", "__call__", woke)
+    return Outcome(WakeDecision.RESUME, result, woke)
 
 
 def answers_by_call(wake: Wake) -> dict[str, Answer]:

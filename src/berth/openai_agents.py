@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from berth._aio_questions import AsyncQuestionStore
 from berth._aio_store import AsyncStore
-from berth._coordinator import WakeDecision
+from berth._coordinator import Wake
 from berth._envelope import Envelope, digest_json
 from berth._hitl import (
     Outcome,
@@ -280,11 +280,19 @@ async def wake(
     Raises:
         InvalidKey: the key breaks the key rules (before any I/O).
     """
+
+    async def resume(woke: Wake) -> Any:
+        return await _resume(agent, woke, context_deserializer, run_options)
+
+    return await _parking(store, questions, agent, default_deadline).resume(key, resume)
+
+
+async def _resume(
+    agent: Agent[Any], woke: Wake, context_deserializer: Callable[[Any], Any] | None, run_options: dict[str, Any]
+) -> Any:
+    """Continue a RESUMEd run: its `RunState` with each answer applied, through `Runner.run`."""
     from agents import Runner
 
-    woke = await _parking(store, questions, agent, default_deadline).wake(key)
-    if woke.decision is not WakeDecision.RESUME:
-        return Outcome(woke.decision, None, woke)
     assert woke.envelope is not None
     answers = answers_by_call(woke)
     decisions = {call_id: tool_decision(answer) for call_id, answer in answers.items()}
@@ -305,5 +313,4 @@ async def wake(
             state.approve(item)
         else:
             state.reject(item, rejection_message=rejection(decision.reason))
-    result = await Runner.run(agent, state, **run_options)
-    return Outcome(WakeDecision.RESUME, result, woke)
+    return await Runner.run(agent, state, **run_options)

@@ -34,7 +34,7 @@ import orjson
 from berth._aio_questions import AsyncQuestionStore
 from berth._aio_store import AsyncStore
 from berth._answers import NO_ANSWER
-from berth._coordinator import WakeDecision
+from berth._coordinator import Wake
 from berth._envelope import Envelope, digest_json
 from berth._hitl import Outcome, Parking, Pending, answers_by_call, parse_approval, rejection, tool_decision
 from berth._questions import QuestionStore
@@ -229,9 +229,15 @@ async def wake(
     Raises:
         InvalidKey: the key breaks the key rules (before any I/O).
     """
-    woke = await _parking(store, questions, agent, default_deadline).wake(key)
-    if woke.decision is not WakeDecision.RESUME:
-        return Outcome(woke.decision, None, woke)
+
+    async def resume(woke: Wake) -> Any:
+        return await _resume(agent, woke, run_options)
+
+    return await _parking(store, questions, agent, default_deadline).resume(key, resume)
+
+
+async def _resume(agent: Agent[Any, Any], woke: Wake, run_options: dict[str, Any]) -> Any:
+    """Continue a RESUMEd run: its stored history, with the answers as `DeferredToolResults`."""
     assert woke.envelope is not None
     answers = answers_by_call(woke)
     loop = orjson.loads(woke.envelope.loop_state) if woke.envelope.loop_state is not None else {}
@@ -250,5 +256,4 @@ async def wake(
         else:
             results.approvals[call.id] = ToolDenied(rejection(decision.reason))
     history = ModelMessagesTypeAdapter.validate_json(woke.envelope.provider_state)
-    result = await agent.run(message_history=history, deferred_tool_results=results, **run_options)
-    return Outcome(WakeDecision.RESUME, result, woke)
+    return await agent.run(message_history=history, deferred_tool_results=results, **run_options)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ __all__ = [
     "make_sealer",
     "scan_tree",
     "sealer_names",
+    "still_running",
 ]
 
 MARKER = SECRET
@@ -161,3 +162,15 @@ def scan_tree(root: str | os.PathLike[str], result: Result, *, modes: bool = Tru
 def leaked_in_text(text: str) -> bool:
     """Whether `text` (an error message or log line) holds the plaintext marker."""
     return MARKER in text
+
+
+def still_running(workers: Iterable[Any], seconds: float) -> list[str]:
+    """Join each thread or process within `seconds` in all; the names of those still running after it.
+
+    A worker still running after its join is a failure of the trial, never ignored: what it does
+    next (a claim, a resume) is not counted, and it may still be holding or changing a run.
+    """
+    stop = time.monotonic() + seconds
+    for worker in workers:
+        worker.join(max(0.0, stop - time.monotonic()))
+    return [str(getattr(worker, "name", worker)) for worker in workers if worker.is_alive()]

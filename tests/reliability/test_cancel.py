@@ -378,3 +378,141 @@ def test_the_trial_catches_a_commit_point_that_drops_its_run(name: str, tmp_path
     finally:
         del TARGETS["dropping"]
     assert result.counts.get("lost", 0) > 0, result.notes
+
+
+# --- what a cancelled claim or wake does, one case at a time ------------------------------------
+
+
+class Hooked(berth.backends._aio.ThreadedBackend):
+    """A memory backend in worker threads whose delete of a frame calls `after` (the run's, or with `questions`
+    a question record's) once it deleted."""
+
+    after: Callable[[], Awaitable[None]] | None = None
+    questions = False
+
+    async def delete(self, name: str, token: berth.Token) -> None:
+        await super().delete(name, token)
+        if self.after is not None and (name != f"{IDENTITY}/k") is self.questions:
+            await self.after()
+
+
+async def _until_cancelled(task: asyncio.Task[Any]) -> None:
+    while not task.cancelling():  # the cancellation has been requested of the caller: on the loop, no clock
+        await asyncio.sleep(0)
+
+
+def _handles() -> tuple[Hooked, berth.aio.AsyncStore, berth.aio.AsyncQuestionStore, berth.aio.Coordinator]:
+    from berth.backends.memory import MemoryBackend
+
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    backend = Hooked(MemoryBackend())
+    store = berth.aio.AsyncStore(backend, identity=IDENTITY, sealer=sealer)
+    questions = berth.aio.AsyncQuestionStore(backend, identity=IDENTITY, sealer=sealer)
+    return backend, store, questions, berth.aio.Coordinator(store, questions)
+
+
+async def _park_answered(coordinator: berth.aio.Coordinator, questions: berth.aio.AsyncQuestionStore) -> None:
+    await coordinator.suspend("k", make_envelope("r1"), "ship it?")
+    pending = await questions.pending("k")
+    assert pending is not None
+    await questions.provide("k", pending.id, "yes")
+
+
+def test_a_claim_timed_out_after_its_delete_parks_the_run_again() -> None:
+    async def main() -> None:
+        backend, store, _, _ = _handles()
+        await store.save("k", make_envelope("r1"))
+        me = asyncio.current_task()
+        assert me is not None
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(None) as deadline:
+
+                async def expire() -> None:  # the deadline passes once the delete has taken the run
+                    deadline.reschedule(asyncio.get_running_loop().time())
+                    await _until_cancelled(me)
+
+                backend.after = expire
+                await store.claim("k")
+        assert me.cancelling() == 0, "the timeout's cancellation is accounted for"
+        backend.after = None
+        again = await store.claim("k")
+        assert again is not None and again.run_id == "r1", "the run was handed back"
+
+    asyncio.run(main())
+
+
+def test_a_wake_cancelled_by_a_failing_sibling_leaves_the_run_and_its_answer() -> None:
+    async def main() -> None:
+        backend, store, questions, coordinator = _handles()
+        await _park_answered(coordinator, questions)
+        deleted = asyncio.Event()
+
+        async def hold() -> None:
+            deleted.set()
+            await _until_cancelled(waker)
+
+        async def sibling() -> None:
+            await deleted.wait()
+            raise RuntimeError("a sibling failed")
+
+        backend.after = hold
+        with pytest.raises(ExceptionGroup) as caught:
+            async with asyncio.TaskGroup() as group:
+                waker = group.create_task(coordinator.wake("k"))
+                group.create_task(sibling())
+        assert [type(e) for e in caught.value.exceptions] == [RuntimeError]
+        assert waker.cancelled()
+        backend.after = None
+        woke = await coordinator.wake("k")
+        assert woke.decision is berth.WakeDecision.RESUME and woke.envelope is not None
+        assert woke.envelope.run_id == "r1" and woke.answer is not None and woke.answer.text == "yes"
+
+    asyncio.run(main())
+
+
+def test_a_wake_cancelled_after_its_delete_delivers_the_run() -> None:
+    """Cancelled while its question is consumed (after the commit point), a wake returns RESUME."""
+
+    async def main() -> None:
+        backend, store, questions, coordinator = _handles()
+        await _park_answered(coordinator, questions)
+        me = asyncio.current_task()
+        assert me is not None
+        expired: list[bool] = []
+
+        async def expire() -> None:  # the deadline passes while the question is consumed
+            deadline.reschedule(asyncio.get_running_loop().time())
+            await _until_cancelled(me)
+            expired.append(True)
+
+        backend.after, backend.questions = expire, True
+        async with asyncio.timeout(None) as deadline:
+            woke = await coordinator.wake("k")
+        assert expired and woke.decision is berth.WakeDecision.RESUME
+        assert me.cancelling() == 0, "the cancellation was withdrawn"
+        backend.after = None
+        assert await store.load("k") is None and await questions.pending("k") is None
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_claim_never_puts_back_over_a_newer_run() -> None:
+    async def main() -> None:
+        backend, store, _, _ = _handles()
+        await store.save("k", make_envelope("r1"))
+
+        async def resave_then_cancel() -> None:
+            await store.save("k", make_envelope("r2"))  # parked again while the claim holds r1
+            claimer.cancel()
+            await _until_cancelled(claimer)
+
+        backend.after = resave_then_cancel
+        claimer = asyncio.ensure_future(store.claim("k"))
+        with pytest.raises(asyncio.CancelledError):
+            await claimer
+        backend.after = None
+        again = await store.claim("k")
+        assert again is not None and again.run_id == "r2"
+        assert await store.claim("k") is None
+
+    asyncio.run(main())

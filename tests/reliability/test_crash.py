@@ -37,7 +37,7 @@ import pytest
 
 import berth
 
-from ._common import Result, Timer, big_envelope, scan_tree
+from ._common import Result, Timer, big_envelope, scan_tree, still_running
 
 IDENTITY = "crash"
 KEYS = [f"run/{i}" for i in range(8)]
@@ -130,8 +130,10 @@ def run_crash(
         time.sleep(rng.uniform(0, max_delay))
         if proc.pid is not None and proc.is_alive():
             os.kill(proc.pid, signal.SIGKILL)
-        proc.join(10)
         result.trials += 1
+        if still_running([proc], 10):
+            result.fail(f"kill {result.trials}: the child still ran 10 s after SIGKILL")
+            continue
         failures_before = result.failures
         if not ready:
             result.fail(f"kill {result.trials}: child never became ready (exit code {proc.exitcode})")

@@ -49,7 +49,7 @@ from berth.testing import AwaitingStore, _Portal
 from tests._net import free_port, wait_port
 from tests.conftest import unavailable
 
-from ._common import Result, Timer, big_envelope
+from ._common import Result, Timer, big_envelope, still_running
 from ._proxy import FaultProxy
 
 KEYS = [f"fault/{i}" for i in range(8)]
@@ -317,6 +317,7 @@ class _Crashes:
         self.server, self.rng, self.rate = server, rng, rate
         self.counts = {"crash": 0}
         self._threads: list[threading.Thread] = []
+        self.stuck: list[str] = []
 
     def maybe(self) -> None:
         if self.rng.random() >= self.rate or self.server.lock.locked():
@@ -337,8 +338,7 @@ class _Crashes:
         try:
             yield
         finally:
-            for thread in self._threads:
-                thread.join(60)
+            self.stuck = still_running(self._threads, 60)
 
 
 # --- the fault loop ----------------------------------------------------------------------
@@ -351,6 +351,7 @@ class _Faults:
         self.proxy, self.rng, self.rate = proxy, rng, rate
         self.counts = {"cut": 0, "down": 0, "lost response": 0}
         self._timers: list[threading.Timer] = []
+        self.stuck: list[str] = []
 
     def maybe(self) -> None:
         """With probability `rate`, break the proxy 0-4 ms from now."""
@@ -383,8 +384,7 @@ class _Faults:
         try:
             yield
         finally:
-            for timer in list(self._timers):
-                timer.join(5)
+            self.stuck = still_running(list(self._timers), 5)
             self.proxy.up()
             self.proxy._lose = None
 
@@ -461,6 +461,8 @@ def run_faults(
                     time.sleep(rng.uniform(0.01, 0.05))  # a host backs off before its next call
                 except Exception as exc:  # noqa: BLE001 - anything but BackendError is a finding
                     result.fail(f"call {result.trials}: {op} {key} raised {type(exc).__name__}: {exc}")
+        for name in faults.stuck:
+            result.fail(f"fault thread {name} still running after its join timeout")
         # recovery: the server is reachable again; every key holds one of its possible values
         deadline = time.monotonic() + 30
         for key in KEYS:
