@@ -4,6 +4,8 @@
 questions through `Park`, which writes to the same store files the server reads,
 under a key prefix of their own, so they never see each other's questions.
 `serving(...)` starts a short-lived server with other settings (no auth, trusted header).
+Every request comes from 127.0.0.1, so wrong tokens sent to the shared server count towards
+its per-address limit (10 a minute, then 429): test wrong tokens in bulk on a server of their own.
 """
 
 from __future__ import annotations
