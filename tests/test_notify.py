@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -342,3 +343,34 @@ def test_watch_looks_periodically_and_stops(receiver: Receiver) -> None:
         finally:
             stop()
     assert sorted(r.payload["berth"]["event"] for r in receiver.got) == ["question.asked", "question.deadline_near"]
+
+
+def test_a_long_prompt_fits_slacks_section_and_is_cut_between_escapes(receiver: Receiver) -> None:
+    hook = hook_for(receiver)
+    key = "k/" + "<" * 1000  # every character escaped: a heading longer than Slack takes, uncut
+    with hook, berth.open_questions("memory://", identity="pr-bot", notify=hook) as questions:
+        questions.ask(key, "<" * 1500 + "\u202e" * 100, run_id="r")
+        questions.ask("short", "x" * 1900 + "\u202e" * 100, run_id="r")
+        assert receiver.wait_for(2)
+    for got in receiver.got:
+        for block in got.payload["blocks"][:-1]:
+            text = block["text"]["text"]
+            assert len(text) <= 3000
+            assert not re.search(r"&[a-z]{0,3}…|\\u?[0-9a-f]{0,3}…", text), text[-12:]
+    cut = next(r for r in receiver.got if r.payload["berth"]["key"] == "short").payload["berth"]
+    assert cut["prompt_truncated"] and len(cut["prompt"]) <= 2000 and cut["prompt"].endswith("\\u202e…")
+
+
+def test_a_notice_failing_while_the_webhook_closes_is_dropped_not_retried(receiver: Receiver) -> None:
+    receiver.hold = threading.Event()
+    receiver.status = 503
+    hook = hook_for(receiver, senders=1)
+    with berth.open_questions("memory://", identity="pr-bot", notify=hook) as questions:
+        questions.ask("k", "?", run_id="r")
+        assert receiver.wait_for(1)  # in flight, held
+        hook.close(timeout=0.1)
+        receiver.hold.set()  # now it answers 503
+        end = time.monotonic() + 5
+        while hook.stats.dropped == 0 and time.monotonic() < end:
+            hook.flush(0.02)
+        assert hook.flush(5) and hook.stats.dropped == 1 and hook.stats.queued == 0

@@ -59,7 +59,8 @@ EVENTS = (ASKED, DEADLINE_NEAR, ANSWERED)
 SIGNATURE_HEADER = "Berth-Signature"
 """`t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>" under the shared secret>` (Stripe's layout)."""
 
-PROMPT_CHARS = 2000  # Slack's section text holds 3,000; the rest of the block needs room
+PROMPT_CHARS = 2000  # of the prompt as shown (escapes visible); Slack's section text holds 3,000
+BLOCK_CHARS = 3000  # Slack refuses a message whose section text is longer (invalid_blocks: a 400, dropped)
 _MIN_SECRET_BYTES = 16
 _READ_BYTES = 64 * 1024  # of a receiver's answer: read so the connection ends cleanly, never kept
 _RETRYABLE = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -257,7 +258,7 @@ class Webhook:
         if question is not None and self.include_prompt:
             prompt = "\n".join(terminal_safe(line) for line in question.prompt.split("\n"))
             if len(prompt) > PROMPT_CHARS:
-                prompt, truncated = prompt[: PROMPT_CHARS - 1] + "…", True
+                prompt, truncated = _capped(prompt, PROMPT_CHARS), True
         link = f"{self.inbox_url}/?identity={quote(identity, safe='')}&prefix={quote(key, safe='')}"
         link = link if self.inbox_url else ""
         due = f" (deadline {_when(deadline)})" if deadline is not None else ""
@@ -268,10 +269,13 @@ class Webhook:
             head = f"Unanswered, deadline near{due}: {who}"
         else:
             head = f"Answered ({answer.decision}) by {_mrkdwn(terminal_safe(answer.by))}: {who}"
+        head = _capped(head, BLOCK_CHARS - 2)  # a 1,024-byte key of escapes could pass Slack's limit
         text = head
         blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{head}*"}}]
         if prompt is not None:
             quoted = "\n".join(f">{line}" for line in _mrkdwn(prompt).split("\n"))
+            if len(quoted) > BLOCK_CHARS:  # escaping (&lt;) and the quote marks lengthen it
+                quoted, truncated = _capped(quoted, BLOCK_CHARS), True
             text = f"{head}\n{quoted}"
             blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": quoted}})
         if link:
@@ -465,7 +469,9 @@ class Webhook:
                 if refused is not None:
                     self._drop(delivery, refused)
                 elif retry_in is not None:
-                    if time.monotonic() + retry_in - delivery.first > self.retry_for:
+                    if self._stopping:
+                        self._drop(delivery, "the process is closing its webhook")
+                    elif time.monotonic() + retry_in - delivery.first > self.retry_for:
                         self._drop(delivery, f"not delivered in {self.retry_for:g} s ({delivery.attempts} attempts)")
                     else:
                         heapq.heappush(self._heap, (time.monotonic() + retry_in, next(self._seq), delivery))
@@ -526,12 +532,12 @@ class Webhook:
         """
         end = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._heap or self._in_flight:
+            while (self._heap or self._in_flight) and not self._stopping:  # closed: nothing more is sent
                 left = None if end is None else end - time.monotonic()
                 if left is not None and left <= 0:
                     return False
                 self._cond.wait(left)
-            return True
+            return not self._heap and not self._in_flight
 
     def close(self, timeout: float | None = None) -> None:
         """Stop taking notices, deliver what is queued for up to `timeout` seconds (default `close_timeout`),
@@ -636,6 +642,19 @@ def _loopback(host: str) -> bool:
 def _mrkdwn(text: str) -> str:
     # Slack reads <...> as links and mentions (<!channel>): a prompt must not ping or disguise a link.
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _capped(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters (an ellipsis last), never inside an escape (`&lt;`) or a `\\u202e` mark."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    amp, mark = cut.rfind("&"), cut.rfind("\\")
+    if amp > len(cut) - 5 and ";" not in cut[amp:]:
+        cut = cut[:amp]
+    elif mark > len(cut) - 10:
+        cut = cut[:mark]
+    return cut + "…"
 
 
 def _iso(moment: datetime | None) -> str | None:

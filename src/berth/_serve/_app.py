@@ -618,11 +618,10 @@ def create_app(
         try:
             yield
         finally:
-            if stop_watching is not None:
+            if notify is not None and stop_watching is not None:
                 await run_in_threadpool(stop_watching)
-            await run_in_threadpool(inbox.close)  # a question store's close drains the webhook's queue, bounded
-            if notify is not None:
-                await run_in_threadpool(notify.close)
+                await run_in_threadpool(notify.close)  # drains the queue for up to its close_timeout, once
+            await run_in_threadpool(inbox.close)
 
     routes = [
         Route("/", index),
