@@ -374,3 +374,13 @@ def test_a_notice_failing_while_the_webhook_closes_is_dropped_not_retried(receiv
         while hook.stats.dropped == 0 and time.monotonic() < end:
             hook.flush(0.02)
         assert hook.flush(5) and hook.stats.dropped == 1 and hook.stats.queued == 0
+
+
+def test_invisible_characters_and_line_breaks_in_a_prompt(receiver: Receiver) -> None:
+    hook = hook_for(receiver)
+    with hook, berth.open_questions("memory://", identity="pr-bot", notify=hook) as questions:
+        questions.ask("k", "line one\r\nrm\u200b -rf\x1b[2J ~\nline\u3164three", run_id="r")
+        assert receiver.wait_for(1)
+    prompt = receiver.got[0].payload["berth"]["prompt"]
+    assert prompt == "line one\nrm\\u200b -rf\\x1b[2J ~\nline\\u3164three"  # one rule: berth._text.visible
+    assert ">rm\\u200b -rf\\x1b[2J ~\n>line\\u3164three" in receiver.got[0].payload["text"]

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from berth._errors import BerthError, FormatError, IntegrityError, where
 from berth._public import publish
-from berth._text import terminal_safe
+from berth._text import visible
 from berth._time import utcnow
 
 __all__ = [
@@ -251,12 +251,12 @@ class Webhook:
         """The JSON object sent for one notice: Slack's `text` and `blocks`, and berth's fields under `berth`."""
         from urllib.parse import quote
 
-        shown_key = terminal_safe(key)
-        shown_identity = terminal_safe(identity)
+        shown_key = visible(key)
+        shown_identity = visible(identity)
         prompt: str | None = None
         truncated = False
         if question is not None and self.include_prompt:
-            prompt = "\n".join(terminal_safe(line) for line in question.prompt.split("\n"))
+            prompt = visible(question.prompt, lines=True)
             if len(prompt) > PROMPT_CHARS:
                 prompt, truncated = _capped(prompt, PROMPT_CHARS), True
         link = f"{self.inbox_url}/?identity={quote(identity, safe='')}&prefix={quote(key, safe='')}"
@@ -268,7 +268,7 @@ class Webhook:
         elif event == DEADLINE_NEAR:
             head = f"Unanswered, deadline near{due}: {who}"
         else:
-            head = f"Answered ({answer.decision}) by {_mrkdwn(terminal_safe(answer.by))}: {who}"
+            head = f"Answered ({answer.decision}) by {_mrkdwn(visible(answer.by))}: {who}"
         head = _capped(head, BLOCK_CHARS - 2)  # a 1,024-byte key of escapes could pass Slack's limit
         text = head
         blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{head}*"}}]
