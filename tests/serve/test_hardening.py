@@ -275,9 +275,9 @@ def test_a_trusted_header_is_read_as_utf8(tmp_path: Path, keyring: berth.Keyring
         key, q = Park(server)("k", "Ship?")
         name = "José Müller 山田"
         doc = {"key": key, "question_id": q.id, "text": "yes"}
-        broken = httpx.post(server.url + "/api/answers", json=doc, headers={"X-Forwarded-User": b"Jos\xe9"})
+        broken = httpx.post(server.url + "/api/answers", json=doc, headers={b"X-Forwarded-User": b"Jos\xe9"})
         assert broken.status_code == 401  # not UTF-8: nobody
-        r = httpx.post(server.url + "/api/answers", json=doc, headers={"X-Forwarded-User": name.encode()})
+        r = httpx.post(server.url + "/api/answers", json=doc, headers={b"X-Forwarded-User": name.encode()})
         assert r.status_code == 201 and r.json()["by"] == name
         stored = server.questions[IDENTITY].answer(key)
         assert stored is not None and stored.by == name
