@@ -6,10 +6,13 @@
 
 No network: the model is langchain-core's `GenericFakeChatModel`.
 
-1. the model proposes `delete_repo(acme/old)`; the `approve` node calls `interrupt(...)`; the
-   graph's checkpointer is `berth.langgraph.AsyncBerthSaver` (sealed, AES-256-GCM), which parks the
-   interrupt as a berth question;
-2. a human answers with the command line, in another process: `berth answer KEY approve --question ID`;
+1. the model proposes `delete_repo(acme/old)`; the `approve` node calls `interrupt([HumanInterrupt])`
+   (LangGraph's Agent Inbox convention); the graph's checkpointer is `berth.langgraph.AsyncBerthSaver`
+   (sealed, AES-256-GCM), which parks the interrupt as a berth tool approval (the tool, its arguments,
+   approve / reject / edit / respond);
+2. a human answers with the command line, in another process: `berth answer KEY approve --question ID`
+   (or `--reject REASON`, `--edit JSON`, or the inbox); the answer resumes the graph as a
+   `HumanResponse` (`berth.langgraph.human_response`): free text never approves;
 3. four resumers, each with its own store handle, race `berth.langgraph.aresume_once`: exactly one
    resumes the graph, and the tool runs once (rejected: never).
 
@@ -51,13 +54,21 @@ def agent(state: State) -> State:
 
 
 def approve(state: State) -> State:
-    """Ask before the tool runs; the answer comes back as interrupt()'s value."""
-    answer = interrupt(f"Run delete_repo({state['repo']})? Answer 'approve' or 'reject: <reason>'.")
-    approved, reason = berth.langgraph.parse_approval(answer)
-    if not approved:
-        return {"outcome": f"rejected: {reason}"}
-    deleted.append(state["repo"])
-    return {"outcome": f"deleted {state['repo']}"}
+    """Ask before the tool runs, in LangGraph's Agent Inbox convention: berth asks it as a tool approval."""
+    request = {
+        "action_request": {"action": "delete_repo", "args": {"repo": state["repo"]}},
+        "config": {"allow_accept": True, "allow_edit": True, "allow_respond": True, "allow_ignore": False},
+        "description": "Delete a repository for good.",
+    }
+    response = interrupt([request])[0]  # a HumanResponse: berth.langgraph.human_response(answer)
+    if response["type"] == "accept":
+        repo = state["repo"]
+    elif response["type"] == "edit":
+        repo = response["args"]["args"]["repo"]  # exactly the arguments the human edited
+    else:  # a rejection's reason, or any free text: the tool does not run
+        return {"outcome": f"rejected: {response['args']}"}
+    deleted.append(repo)
+    return {"outcome": f"deleted {repo}"}
 
 
 def graph(saver: Any) -> Any:
@@ -70,7 +81,7 @@ def graph(saver: Any) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-async def resumer(url: str, keyring: str, answer: dict[str, str]) -> Any:
+async def resumer(url: str, keyring: str, answer: dict[str, Any]) -> Any:
     sealer = berth.AesGcmSealer(berth.Keyring.load(keyring))
     async with berth.aio.open_store(url, identity=IDENTITY, sealer=sealer) as store:
         return await berth.langgraph.aresume_once(graph(berth.langgraph.AsyncBerthSaver(store)), CONFIG, answer)
@@ -92,7 +103,8 @@ async def main(url: str, keyring: str, answer: str) -> int:
 
     def race(name: str) -> None:
         barrier.wait()
-        outcomes[name] = asyncio.run(resumer(url, keyring, {given.question_id: given.text}))
+        response = berth.langgraph.human_response(given, question["tool"]["name"])
+        outcomes[name] = asyncio.run(resumer(url, keyring, {given.question_id: [response]}))
 
     threads = [threading.Thread(target=race, args=(f"resumer-{i}",)) for i in range(1, WAKERS + 1)]
     for t in threads:

@@ -29,9 +29,11 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
+
+import orjson
 
 from berth._aio_questions import AsyncQuestionStore
 from berth._aio_store import AsyncStore
@@ -53,6 +55,8 @@ __all__ = [
     "ToolDecision",
     "answers_by_call",
     "call_key",
+    "human_response",
+    "interrupt_question",
     "parse_approval",
     "rejection",
     "tool_decision",
@@ -465,3 +469,79 @@ def rejection(reason: str | None) -> str:
     if not reason:
         return "A human rejected this tool call."
     return "A human rejected this tool call, and gave this reason:\n" + frame_answer(reason)
+
+
+# --- LangGraph's Agent Inbox convention (HumanInterrupt in, HumanResponse out) -------------------
+
+_INBOX_DECISIONS = (
+    ("allow_accept", (Decision.APPROVE,)),
+    ("allow_edit", (Decision.EDIT,)),
+    ("allow_respond", (Decision.REJECT, Decision.RESPOND)),  # a rejection is a response that gives its reason
+    ("allow_ignore", (Decision.IGNORE,)),
+)
+
+
+def _human_interrupt(value: Any) -> Mapping[str, Any] | None:
+    """`value` as one Agent Inbox `HumanInterrupt` (or a list holding exactly one), else None."""
+    if isinstance(value, list | tuple) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, Mapping):
+        return None
+    request, config = value.get("action_request"), value.get("config")
+    if not isinstance(request, Mapping) or not isinstance(config, Mapping):
+        return None
+    if (
+        not isinstance(request.get("action"), str)
+        or not request["action"]
+        or not isinstance(request.get("args"), Mapping)
+    ):
+        return None
+    return value
+
+
+def interrupt_question(value: Any) -> tuple[str, tuple[Decision, ...], ToolRequest | None]:
+    """The question an interrupt's value asks: `(prompt, accepts, tool)`.
+
+    A value in LangGraph's Agent Inbox convention — a `HumanInterrupt` (`action_request` with
+    `action` and `args`, `config` with `allow_accept`/`allow_edit`/`allow_respond`/`allow_ignore`,
+    `description`), or a list of exactly one — is a structured tool approval: the action is the
+    tool, its args the arguments, and the config says what an answer may decide (`allow_respond`
+    offers reject and respond: both reach the graph as a response). Any other value asks for free
+    text: its text, or its JSON.
+    """
+    found = _human_interrupt(value)
+    if found is None:
+        prompt = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+        return prompt, (), None
+    request, config = found["action_request"], found["config"]
+    description = found.get("description")
+    description = description if isinstance(description, str) else ""
+    try:
+        tool = ToolRequest(request["action"], request["args"], description=description)
+    except (TypeError, ValueError):  # arguments that are not JSON: free text, as any other value
+        return orjson.dumps(found, default=str).decode(), (), None
+    accepts = tuple(d for flag, ds in _INBOX_DECISIONS if config.get(flag) for d in ds)
+    arguments = json.dumps(dict(tool.arguments), ensure_ascii=False)
+    prompt = (description + "\n\n" if description else "") + f"{tool.name}({arguments})"
+    return prompt, accepts, tool
+
+
+def human_response(answer: Answer, action: str = "") -> dict[str, Any]:
+    """An answer as LangGraph's Agent Inbox `HumanResponse`: what a graph that asked a `HumanInterrupt` resumes with.
+
+    approve → `{"type": "accept", "args": None}`; edit → `{"type": "edit", "args": {"action": action,
+    "args": <the edited arguments>}}`; reject → `{"type": "response", "args": <the reason>}`; respond →
+    `{"type": "response", "args": <the text>}` (free text never accepts); ignore → `{"type": "ignore"}`.
+
+    Args:
+        answer: the answer to the interrupt's question (`berth.Answer`).
+        action: the interrupt's action (the question's `tool.name`), named again in an edit.
+    """
+    d = answer.decision
+    if d is Decision.APPROVE:
+        return {"type": "accept", "args": None}
+    if d is Decision.EDIT and answer.arguments is not None:
+        return {"type": "edit", "args": {"action": action, "args": dict(answer.arguments)}}
+    if d is Decision.IGNORE or d is Decision.EDIT:
+        return {"type": "ignore", "args": None}
+    return {"type": "response", "args": answer.text}

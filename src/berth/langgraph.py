@@ -50,7 +50,7 @@ import orjson
 from berth._aio_store import AsyncStore
 from berth._envelope import Envelope
 from berth._errors import Expired, IntegrityError, TokenMismatch, where
-from berth._hitl import parse_approval
+from berth._hitl import human_response, interrupt_question, parse_approval
 from berth._plan import Plan, arun, call, run
 from berth._store import Listing, Parked, Store
 from berth._token import Token
@@ -81,6 +81,7 @@ __all__ = [
     "AsyncBerthSaver",
     "BerthSaver",
     "aresume_once",
+    "human_response",
     "parse_approval",
     "resume_once",
 ]
@@ -184,18 +185,16 @@ def _questions_over(store: Store) -> Any:
     return QuestionStore(store.backend, identity=store.identity, sealer=store.sealer, clock=store.now)
 
 
-def _prompt(value: Any) -> str:
-    value = getattr(value, "value", value)
-    if isinstance(value, str):
-        return value
-    return orjson.dumps(value, default=str).decode()
+def _ask_once(questions: Any, key: str, value: Any, deadline: datetime, question_id: str) -> None:
+    """Ask, unless this very interrupt is already asked: one raised again (its branch re-run) keeps its answer.
 
-
-def _ask_once(questions: Any, key: str, prompt: str, deadline: datetime, question_id: str) -> None:
-    """Ask, unless this very interrupt is already asked: one raised again (its branch re-run) keeps its answer."""
+    An interrupt's value in the Agent Inbox convention (a `HumanInterrupt`) is asked as a structured
+    tool approval (`berth._hitl.interrupt_question`); any other value asks for free text.
+    """
     asked = questions.pending(key)
     if asked is None or asked.id != question_id:
-        questions.ask(key, prompt, deadline=deadline, question_id=question_id)
+        prompt, accepts, tool = interrupt_question(getattr(value, "value", value))
+        questions.ask(key, prompt, deadline=deadline, question_id=question_id, accepts=accepts, tool=tool)
 
 
 def _asked(questions: Any, prefix: str, limit: int) -> list[str]:
@@ -225,8 +224,8 @@ class _SyncIO:
         self.store = store
         self.questions = _questions_over(store)
 
-    def ask(self, key: str, prompt: str, deadline: datetime, question_id: str) -> None:
-        _ask_once(self.questions, key, prompt, deadline, question_id)
+    def ask(self, key: str, value: Any, deadline: datetime, question_id: str) -> None:
+        _ask_once(self.questions, key, value, deadline, question_id)
 
     def consume(self, key: str, question_id: str) -> None:
         self.questions.consume(key, question_id)
@@ -281,8 +280,8 @@ class _AsyncIO:
         self.store = store
         self.questions = _questions_over(store.sync)
 
-    async def ask(self, key: str, prompt: str, deadline: datetime, question_id: str) -> None:
-        await asyncio.to_thread(_ask_once, self.questions, key, prompt, deadline, question_id)
+    async def ask(self, key: str, value: Any, deadline: datetime, question_id: str) -> None:
+        await asyncio.to_thread(_ask_once, self.questions, key, value, deadline, question_id)
 
     async def consume(self, key: str, question_id: str) -> None:
         await asyncio.to_thread(self.questions.consume, key, question_id)
@@ -387,7 +386,7 @@ class _Claim:
         self.resume: dict[str, Any] = {}
         self.tokens: dict[str, Token] = {}
         self.consumed: list[str] = []
-        self.prompts: dict[str, str] = {}
+        self.prompts: dict[str, Any] = {}  # each interrupt's value, asked again if the resume is handed back
         self.where: tuple[str, str, str] = ("", "", "")
         self.due: datetime | None = None
         self.lease_key = ""
@@ -704,7 +703,7 @@ class _SaverCore(BaseCheckpointSaver[Any]):
                 if claimed:  # raised again by a branch re-run while its own resume waits its turn
                     continue
                 key = self._question_key(thread, ns, cid, interrupt_id)
-                yield call("io", "ask", key, _prompt(item), self.now() + self.default_deadline, interrupt_id)
+                yield call("io", "ask", key, item, self.now() + self.default_deadline, interrupt_id)
         return None
 
     def _delete_thread(self, thread_id: str) -> Plan[None]:
@@ -813,7 +812,7 @@ class _SaverCore(BaseCheckpointSaver[Any]):
                 token = yield call("io", "save", self._claim_key(thread, ns, cid, iid), claim, if_absent=True)
             except TokenMismatch:
                 continue
-            won.resume[iid], won.tokens[iid], won.prompts[iid] = answer, token, _prompt(pending[iid])
+            won.resume[iid], won.tokens[iid], won.prompts[iid] = answer, token, pending[iid]
         for iid in list(won.resume):
             yield call("io", "consume", self._question_key(thread, ns, cid, iid), iid)
             won.consumed.append(iid)
