@@ -167,6 +167,8 @@ def test_metrics_in_prometheus_text_format(inbox: Server, park: Park) -> None:
 
 def test_answer_to_an_expired_question_is_410_with_the_reason(inbox: Server, park: Park) -> None:
     key, q = park("late", "Still want this?", deadline=timedelta(seconds=-5))
+    listed = questions(inbox, ALICE, prefix=park.prefix).json()
+    assert [d["expired"] for d in listed] == [True]  # listed, and said not to be answerable
     r = answer(inbox, ALICE, {"key": key, "question_id": q.id, "text": "yes"})
     assert r.status_code == 410 and "expired" in r.json()["error"] and "never resume" in r.json()["error"]
     assert r.json()["question"]["question_id"] == q.id

@@ -412,6 +412,8 @@ def test_an_approver_sees_the_tool_call_as_fields_edits_an_argument_and_approves
         done.get_attribute("data-decision") == "edit" and "Approved with edited arguments by alice" in done.inner_text()
     )
     assert done.locator("dt:text-is('folder') + dd").inner_text() == "Archive/2026"
+    recent = page.locator("#recent li", has=page.locator("code.key", has_text=key))
+    assert recent.get_attribute("data-fate") == "waiting" and "edit by alice" in recent.inner_text()
 
 
 def test_an_edit_that_is_not_json_records_nothing_and_says_why(page: Any, inbox: Server, park: Park) -> None:

@@ -156,3 +156,26 @@ def test_pages_sort_by_nearest_deadline_as_well_as_newest(source: Source) -> Non
     assert [c.question.key for c in inbox.page(sort="deadline").cards] == ["d1", "d3", "d0", "d2"]
     with pytest.raises(ValueError, match="unknown sort"):
         inbox.page(sort="oldest")
+
+
+def test_answers_given_here_are_listed_with_what_became_of_them(source: Source) -> None:
+    for n in (1, 2, 3):
+        park(source, n)
+    inbox = Inbox([source], max_age=0)
+    for card in inbox.page().cards:
+        inbox.answer("ops", card.question.key, card.question.id, "yes", by="alice", via="page")
+    assert {g.key: fate for g, fate in inbox.recent(inbox.snapshot())} == {
+        "k0001": "waiting",
+        "k0002": "waiting",
+        "k0003": "waiting",
+    }
+    q1 = source.questions.pending("k0001")
+    assert q1 is not None and source.questions.consume("k0001", q1.id)  # its run woke and took the answer
+    source.questions.ask("k0002", "and now?", run_id="r2")  # its run resumed and asked anew
+    given = inbox.recent(inbox.snapshot())  # newest answer first: the page answered k0003 first
+    assert [(g.key, g.by, g.decision, fate) for g, fate in given] == [
+        ("k0001", "alice", "respond", "taken"),
+        ("k0002", "alice", "respond", "asked-again"),
+        ("k0003", "alice", "respond", "waiting"),
+    ]
+    assert inbox.recent(inbox.snapshot(), identity="other") == []

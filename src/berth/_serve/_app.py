@@ -346,6 +346,7 @@ def create_app(
             "logout": auth.required and request.cookies.get(SESSION_COOKIE) is not None,
             "poll_ms": int(poll_seconds * 1000),
             "now": page.snapshot.taken_at,
+            "recent": inbox.recent(page.snapshot, identity=args["identity"]),
         }
 
     async def index(request: Request) -> Response:
@@ -367,7 +368,8 @@ def create_app(
         page = context["page"]
         shown = [(c.item.identity, c.item.key, c.item.token, views.version(c)) for c in page.cards]
         counts = [(i, page.snapshot.counts[i].questions) for i in inbox.identities]
-        fingerprint = repr((person, context["csrf"], page.total, page.offset, page.limit, shown, counts))
+        recent = [(g.key, g.question_id, fate) for g, fate in context["recent"]]
+        fingerprint = repr((person, context["csrf"], page.total, page.offset, page.limit, shown, counts, recent))
         etag = '"' + hashlib.sha256(fingerprint.encode()).hexdigest()[:32] + '"'
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers={"etag": etag})

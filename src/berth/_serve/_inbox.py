@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -24,7 +25,7 @@ from types import MappingProxyType
 import berth
 from berth._errors import where
 
-__all__ = ["SORTS", "Answered", "Card", "Inbox", "Item", "Page", "Refused", "Snapshot", "Source"]
+__all__ = ["RECENT", "SORTS", "Answered", "Card", "Given", "Inbox", "Item", "Page", "Refused", "Snapshot", "Source"]
 
 audit = logging.getLogger("berth.serve.audit")
 
@@ -88,6 +89,37 @@ class Card:
     def shown_labels(self) -> list[tuple[str, str]]:
         """The run's labels for people to read: sorted, without berth's own (`berth.*`)."""
         return sorted((k, v) for k, v in self.item.labels.items() if not k.startswith("berth."))
+
+
+@dataclass(frozen=True, slots=True)
+class Given:
+    """An answer this server recorded: who decided what, when, about which question (never the text)."""
+
+    identity: str
+    key: str
+    question_id: str
+    asked_at: datetime
+    deadline: datetime | None
+    decision: str
+    by: str
+    answered_at: datetime
+
+    def fate(self, snapshot: Snapshot) -> str:
+        """What became of it, as `snapshot` tells: `waiting` (for its run to wake and read it), `taken` (the
+        question left the inbox: its run read the answer, or was removed), `asked-again` (the run asked a new
+        question since) or `expired` (its deadline passed first: the run never resumes)."""
+        item = next((i for i in snapshot.items if i.identity == self.identity and i.key == self.key), None)
+        if item is None:
+            return "taken"
+        if item.asked_at != self.asked_at:
+            return "asked-again"
+        if self.deadline is not None and snapshot.taken_at > self.deadline:
+            return "expired"
+        return "waiting"
+
+
+RECENT = 50
+"""How many answers given through this server the page lists with what became of them (kept in memory)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +233,7 @@ class Inbox:
         self.max_age = max_age
         self.runs_max_age = runs_max_age
         self.answers_given: dict[tuple[str, str], int] = {}
+        self.given: deque[Given] = deque(maxlen=RECENT)
         self._snapshot: Snapshot | None = None
         self._runs: dict[str, _Runs] = {}
         self._taken = 0.0
@@ -409,6 +442,12 @@ class Inbox:
         item = Item(identity, key, question.run_id, question.asked_at, deadline, labels, "")
         return Card(item, question, answer)
 
+    def recent(self, snapshot: Snapshot, *, identity: str | None = None) -> list[tuple[Given, str]]:
+        """Answers given through this server, newest first, each with its fate in `snapshot` (see `Given.fate`)."""
+        with self._lock:
+            given = list(self.given)
+        return [(g, g.fate(snapshot)) for g in given if identity is None or g.identity == identity]
+
     def runs(self, identity: str, *, prefix: str = "", offset: int = 0, limit: int = 100) -> list[berth.Listing]:
         """Parked runs under `prefix` (headers only), `limit` of them from `offset`, in backend order."""
         out: list[berth.Listing] = []
@@ -502,5 +541,17 @@ class Inbox:
         counter = (identity, via)
         with self._lock:
             self.answers_given[counter] = self.answers_given.get(counter, 0) + 1
+            self.given.appendleft(
+                Given(
+                    identity,
+                    key,
+                    question_id,
+                    card.question.asked_at,
+                    card.item.deadline,
+                    answer.decision.value,
+                    answer.by,
+                    answer.answered_at,
+                )
+            )
         self.invalidate()
         return Answered(answer, Card(card.item, card.question, answer))

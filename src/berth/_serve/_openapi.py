@@ -55,6 +55,10 @@ _QUESTION = {
         "answered": {"type": "boolean"},
         "answered_by": {"type": ["string", "null"]},
         "answered_at": _TIME,
+        "expired": {
+            "type": "boolean",
+            "description": "The deadline has passed: its run never resumes, and an answer is refused (410).",
+        },
     },
     "required": ["key", "question_id", "prompt", "run_id", "asked_at", "deadline", "labels", "decisions", "tool"],
 }

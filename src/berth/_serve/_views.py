@@ -257,6 +257,7 @@ def question_doc(card: Card) -> dict[str, Any]:
         "answered": a is not None,
         "answered_by": None if a is None else a.by,
         "answered_at": None if a is None else rfc3339(a.answered_at),
+        "expired": card.expired(datetime.now(timezone.utc)),
     }
 
 

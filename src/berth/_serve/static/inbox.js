@@ -43,9 +43,11 @@
   function merge(html) {
     var doc = new DOMParser().parseFromString("<div>" + html + "</div>", "text/html");
     var fresh = doc.body.firstElementChild;
-    ["summary", "pager"].forEach(function (id) {
+    ["summary", "pager", "recent"].forEach(function (id) {
       var mine = document.getElementById(id), theirs = fresh.querySelector("#" + id);
       if (mine && theirs) mine.replaceWith(document.importNode(theirs, true));
+      else if (theirs) document.getElementById("live").appendChild(document.importNode(theirs, true));
+      else if (mine) mine.remove();
     });
     var cards = document.getElementById("cards"), incoming = fresh.querySelector("#cards");
     if (!cards || !incoming) return;
