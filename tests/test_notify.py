@@ -188,7 +188,7 @@ def test_nothing_is_lost_across_a_receiver_restart(caplog: pytest.LogCaptureFixt
 
 
 def test_retryable_answers_are_retried_and_others_dropped(receiver: Receiver) -> None:
-    receiver.statuses = [503, 429, 200, 400]
+    receiver.statuses = [507, 429, 200, 400]
     hook = hook_for(receiver, senders=1)
     with hook, berth.open_questions("memory://", identity="pr-bot", notify=hook) as questions:
         questions.ask("a", "?", run_id="r")

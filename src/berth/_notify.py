@@ -63,7 +63,7 @@ PROMPT_CHARS = 2000  # of the prompt as shown (escapes visible); Slack's section
 BLOCK_CHARS = 3000  # Slack refuses a message whose section text is longer (invalid_blocks: a 400, dropped)
 _MIN_SECRET_BYTES = 16
 _READ_BYTES = 64 * 1024  # of a receiver's answer: read so the connection ends cleanly, never kept
-_RETRYABLE = frozenset({408, 425, 429, 500, 502, 503, 504})
+_RETRYABLE = frozenset({408, 425, 429})  # and every 5xx
 
 
 class QuestionHeaders(Protocol):
@@ -502,7 +502,7 @@ class Webhook:
         except urllib.error.HTTPError as exc:
             exc.close()
             why = f"HTTP {exc.code}"
-            if exc.code not in _RETRYABLE:
+            if exc.code < 500 and exc.code not in _RETRYABLE:
                 return None, f"{self._shown_url} answered {why}, which a retry will not change"
             retry_after = _seconds(exc.headers.get("Retry-After"))
         except (OSError, ValueError) as exc:  # refused, reset, timed out, DNS, a bad answer
