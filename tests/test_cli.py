@@ -889,20 +889,20 @@ def ask_tool_approval(questions: berth.QuestionStore, key: str) -> berth.Questio
 def test_answer_with_a_decision(questions: berth.QuestionStore) -> None:
     for key in ("a", "r", "e", "t", "n"):
         ask_tool_approval(questions, key)
-    qid = {key: questions.pending(key).id for key in ("a", "r", "e", "t", "n")}  # type: ignore[union-attr]
+    qid = {key: questions.pending(key).id for key in ("a", "r", "e", "t", "n")}
     text = ok("answer", "a", "--approve", "fine, it is dead", "--by", "alice", "--question", qid["a"]).stdout
     assert "as alice (approve)" in text
-    assert (questions.answer("a").decision, questions.answer("a").text) == ("approve", "fine, it is dead")  # type: ignore[union-attr]
+    assert (questions.answer("a").decision, questions.answer("a").text) == ("approve", "fine, it is dead")
     ok("answer", "r", "--reject", "not on a Friday", "--question", qid["r"])
-    assert (questions.answer("r").decision, questions.answer("r").text) == ("reject", "not on a Friday")  # type: ignore[union-attr]
+    assert (questions.answer("r").decision, questions.answer("r").text) == ("reject", "not on a Friday")
     doc = json.loads(ok("answer", "e", "--edit", '{"repo": "acme/older"}', "--question", qid["e"], "--json").stdout)
     assert doc["decision"] == "edit" and doc["arguments"] == {"repo": "acme/older"}
-    assert dict(questions.answer("e").arguments) == {"repo": "acme/older"}  # type: ignore[union-attr,arg-type]
+    assert dict(questions.answer("e").arguments) == {"repo": "acme/older"}
     # Plain text: only exactly an approval approves; other text never does.
     ok("answer", "t", "yes but only archive it", "--question", qid["t"])
-    assert questions.answer("t").decision == "respond"  # type: ignore[union-attr]
+    assert questions.answer("t").decision == "respond"
     ok("answer", "n", "approve", "--question", qid["n"])
-    assert questions.answer("n").decision == "approve"  # type: ignore[union-attr]
+    assert questions.answer("n").decision == "approve"
     listed = {d["key"]: d for d in json.loads(ok("questions", "--json").stdout)}
     assert listed["e"]["decisions"] == ["approve", "reject", "edit", "respond"]
     assert listed["e"]["tool"]["arguments"] == {"repo": "acme/\u202eold", "force": False}

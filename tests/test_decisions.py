@@ -135,7 +135,7 @@ def test_an_edit_records_exactly_the_new_arguments(qs: Both) -> None:
     assert stored == answer and stored.decision is D.EDIT
     assert dict(stored.arguments) == {"repo": "acme/old", "force": True, "note": ["α", 1.5, None]}
     with pytest.raises(TypeError):
-        stored.arguments["repo"] = "x"  # type: ignore[index]
+        stored.arguments["repo"] = "x"
 
 
 def test_free_text_to_an_approval_question_is_recorded_as_a_response_not_an_approval(qs: Both) -> None:
@@ -285,3 +285,36 @@ def test_tool_decision_reads_each_decision() -> None:
     assert tool_decision(answer(D.IGNORE)) == ToolDecision("reject")
     assert tool_decision(answer(D.EDIT)) == ToolDecision("reject")  # an edit without arguments runs nothing
     assert tool_decision(None).kind == "reject"
+
+
+def test_answers_by_call_takes_only_answers_bound_to_their_call_and_never_raises() -> None:
+    from datetime import datetime, timezone
+
+    from berth._hitl import answers_by_call
+
+    envelope = berth.Envelope(
+        provider_state=b"{}",
+        pending_calls=[berth.PendingCall("c1", "a", b"{}"), berth.PendingCall("c2", "b", b"{}")],
+    )
+    now = datetime.now(timezone.utc)
+
+    def wake(docs: Any) -> berth.Wake:
+        text = docs if isinstance(docs, str) else json.dumps(docs)
+        return berth.Wake(berth.WakeDecision.RESUME, envelope, berth.Answer("P", text, "alice", now))
+
+    good = {"question_id": "P.1.2", "call_id": "c1", "decision": "edit", "text": "", "arguments": {"x": 1}}
+    legacy = {"question_id": "P.2.2", "call_id": "", "decision": "respond", "text": "yes", "by": "bob"}
+    found = answers_by_call(wake([good, legacy]))
+    assert found["c1"].decision is D.EDIT and found["c1"].arguments == {"x": 1}
+    assert (found["c2"].text, found["c2"].by) == ("yes", "bob")  # a question that named no call: by position
+    for bad in (
+        {**good, "question_id": "Q.1.2"},  # another park's question
+        {**good, "call_id": "c2"},  # given for another call
+        {**good, "decision": "launch"},
+        {**good, "text": 3},
+        {**good, "arguments": [1]},
+        "not an object",
+    ):
+        assert "c1" not in answers_by_call(wake([bad, legacy]))
+    assert answers_by_call(wake([good])) == {}  # not one per call
+    assert answers_by_call(wake("not json")) == {}
