@@ -189,7 +189,10 @@ def test_structured_choices_reject_with_a_reason(page: Any, inbox: Server, park:
 
 
 def test_readable_on_a_phone(browser: Any, inbox: Server, park: Park) -> None:
-    key, _ = park("phone", "Approve the release notes?")
+    key, _ = park("release", "Approve the release notes?")
+    long_word = "x" * 300  # no break opportunity: must wrap anywhere, never widen the page
+    tool = berth.ToolRequest("publish", {"notes": long_word, "nested": {"path": "/" + long_word}}, agent="release-bot")
+    approval, _ = park("publish", "Publish?", accepts=("approve", "edit", "reject"), tool=tool)
     context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
     try:
         pg = context.new_page()
@@ -197,6 +200,8 @@ def test_readable_on_a_phone(browser: Any, inbox: Server, park: Park) -> None:
         pg.goto(inbox.url + f"/?prefix={park.prefix}")
         c = card(pg, key)
         assert c.locator("textarea").is_visible()
+        card(pg, approval).locator("details.edit summary").click()
+        assert card(pg, approval).locator("textarea[data-arg=notes]").is_visible()
         width = pg.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, f"the page scrolls sideways on a phone ({width}px)"
     finally:
