@@ -4,9 +4,14 @@
 
 One SQLite file each, the same thread of checkpoints written through each saver (the
 2 KiB message list of `benchmarks/_savers.py`); then, per operation, the best of five
-runs of CPU time (`time.process_time`) per call: `get_tuple` (latest), `list(limit=10)`
-and a graph step (put + put_writes). Steadier than section 10's wall-clock rates on a
-shared machine, and the place to start a profile (`--profile OP`: cProfile of BerthSaver).
+runs of CPU time (`time.process_time`) per call: `get_tuple` (latest), `list(limit=10)`,
+the page of history `get_state_history(before=...)` reads from the middle of the thread
+(`list(limit=10, before=<the middle checkpoint>)`: `list10_before`), the same page with a
+metadata `filter` (`list10_filter`) and without `checkpoint_ns` (`list10_any_ns`), and a
+graph step (put + put_writes). Steadier than section 10's wall-clock rates on a shared
+machine, and the place to start a profile (`--profile OP`: cProfile of BerthSaver).
+Run it at `--checkpoints 100` and `--checkpoints 10000` to see whether a page's cost
+depends on the thread's length.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from berth.langgraph import BerthSaver
 CONFIG = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 
 
-def _ops(messages: list[dict[str, Any]]) -> dict[str, Callable[[Any], None]]:
+def _ops(messages: list[dict[str, Any]], middle: dict[int, str]) -> dict[str, Callable[[Any], None]]:
     steps: dict[int, tuple[str | None, int]] = {}
 
     def get_tuple(saver: Any) -> None:
@@ -40,18 +45,38 @@ def _ops(messages: list[dict[str, Any]]) -> dict[str, Callable[[Any], None]]:
     def list10(saver: Any) -> None:
         assert len(list(saver.list(CONFIG, limit=10))) == 10
 
+    def before(saver: Any) -> dict[str, Any]:
+        return {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": middle[id(saver)]}}
+
+    def list10_before(saver: Any) -> None:
+        assert len(list(saver.list(CONFIG, limit=10, before=before(saver)))) == 10
+
+    def list10_filter(saver: Any) -> None:
+        assert len(list(saver.list(CONFIG, limit=10, before=before(saver), filter={"source": "loop"}))) == 10
+
+    def list10_any_ns(saver: Any) -> None:
+        assert len(list(saver.list({"configurable": {"thread_id": "t"}}, limit=10, before=before(saver)))) == 10
+
     def step(saver: Any) -> None:
         parent, n = steps.get(id(saver), (None, 0))
         steps[id(saver)] = (_step(saver, f"step-{id(saver)}", parent, n, messages), n + 1)
 
-    return {"get_tuple": get_tuple, "list10": list10, "step": step}
+    return {
+        "get_tuple": get_tuple,
+        "list10": list10,
+        "list10_before": list10_before,
+        "list10_filter": list10_filter,
+        "list10_any_ns": list10_any_ns,
+        "step": step,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--checkpoints", type=int, default=100)
     parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--profile", choices=["get_tuple", "list10", "step"])
+    parser.add_argument("--profile", choices=["get_tuple", "list10", "list10_before", "step"])
+    parser.add_argument("--only", nargs="+", help="these operations only")
     args = parser.parse_args()
     from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -63,12 +88,17 @@ def main() -> None:
     peer = SqliteSaver(conn)
     peer.setup()
     savers = {"berth sealed": BerthSaver(store), "LangGraph unencrypted": peer}
+    middle: dict[int, str] = {}
     for saver in savers.values():
         parent = None
         for n in range(args.checkpoints):
             parent = _step(saver, "t", parent, n, messages)
-    for op, fn in _ops(messages).items():
-        calls = args.calls if op != "list10" else max(1, args.calls // 5)
+            if n == args.checkpoints // 2:
+                middle[id(saver)] = parent
+    for op, fn in _ops(messages, middle).items():
+        if args.only and op not in args.only:
+            continue
+        calls = args.calls if not op.startswith("list10") else max(1, args.calls // 5)
         cpu = {}
         for name, saver in savers.items():
             fn(saver)
@@ -82,7 +112,7 @@ def main() -> None:
         berth_us, peer_us = cpu["berth sealed"] * 1e6, cpu["LangGraph unencrypted"] * 1e6
         print(f"{op:10s} berth {berth_us:7.1f} µs   LangGraph {peer_us:7.1f} µs   CPU × {berth_us / peer_us:.2f}")
     if args.profile:
-        fn, saver = _ops(messages)[args.profile], savers["berth sealed"]
+        fn, saver = _ops(messages, middle)[args.profile], savers["berth sealed"]
         profile = cProfile.Profile()
         profile.enable()
         for _ in range(args.calls):

@@ -889,3 +889,61 @@ def test_with_a_witness_a_deleted_newest_checkpoint_is_refused_not_served_as_the
     # without a witness nothing can tell: the older checkpoint is what is there
     plain = BerthSaver(berth.open_store(url, identity="ops", sealer=sealer))
     assert plain.get_tuple(config).config["configurable"]["checkpoint_id"] < newest
+
+
+def test_list_reads_what_it_returns_with_before_filter_and_without_a_namespace() -> None:
+    """A page of history is one bounded read however long the thread: no listing of the thread's keys."""
+    saver = BerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()))
+    read: Counter[str] = Counter()
+    io = saver._sync_io
+
+    class Counting:
+        def __getattr__(self, name: str) -> Any:
+            method = getattr(io, name)
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                out = method(*args, **kwargs)
+                read[name] += len(out) if isinstance(out, list) else 1
+                return out
+
+            return counted
+
+    saver._sync_io = Counting()
+    parent: Any = _config("t")
+    ids = []
+    for step in range(300):
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"step": step}
+        parent = saver.put(parent, checkpoint, {"source": "loop", "step": step, "even": step % 2 == 0}, {})
+        saver.put_writes(parent, [("out", step)], "task")
+        ids.append(parent["configurable"]["checkpoint_id"])
+    sub: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "child:1"}}
+    for step in range(3):
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"child": step}
+        sub = saver.put(sub, checkpoint, {"source": "loop", "step": step}, {})
+    _put(saver, "tx", {"who": "tx"})
+    read.clear()
+    before: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": ids[150]}}
+    root: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    page = list(saver.list(root, limit=10, before=before))
+    assert [t.checkpoint["channel_values"]["step"] for t in page] == list(range(149, 139, -1))
+    assert [t.pending_writes for t in page][0] == [("task", "out", 149)]
+    assert read["heads"] == 0 and read["load_many"] == 0 and read["frames"] <= 20, read
+    read.clear()
+    evens = list(saver.list(root, limit=5, before=before, filter={"even": True}))
+    assert [t.metadata["step"] for t in evens] == [148, 146, 144, 142, 140]
+    assert read["heads"] == 0 and read["frames"] <= 20, read
+    read.clear()
+    # no namespace: each namespace's newest, merged; one look per namespace to find them
+    anyns = list(saver.list({"configurable": {"thread_id": "t"}}, limit=4))
+    assert [t.config["configurable"]["checkpoint_ns"] for t in anyns] == ["child:1"] * 3 + [""]
+    assert read["heads"] == 0 and read["last_key"] == 3 and read["frames"] <= 20, read
+    read.clear()
+    deep = list(saver.list({"configurable": {"thread_id": "t"}}, limit=3, before=before))
+    assert [t.checkpoint["channel_values"]["step"] for t in deep] == [149, 148, 147]
+    assert read["heads"] == 0 and read["frames"] <= 20, read
+    only = {"configurable": {"thread_id": "t", "checkpoint_id": ids[7]}}
+    assert [t.metadata["step"] for t in saver.list(only)] == [7]
+    assert list(saver.list(only, before={"configurable": {"checkpoint_id": ids[7]}})) == []
+    assert [t.metadata["step"] for t in saver.list(only, before={"configurable": {"checkpoint_id": ids[8]}})] == [7]

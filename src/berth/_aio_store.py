@@ -235,29 +235,46 @@ class AsyncStore:
                 yield self._core.listing(key, header, token, size)
 
     def load_prefix(
-        self, prefix: str = "", *, limit: int | None = None, reverse: bool = False, allow_expired: bool = False
+        self,
+        prefix: str = "",
+        *,
+        limit: int | None = None,
+        reverse: bool = False,
+        allow_expired: bool = False,
+        before: str | None = None,
     ) -> AsyncIterator[tuple[str, Parked]]:
         """`async for key, parked in` what is parked under `prefix` in key order, as `Store.load_prefix`.
 
         Bad arguments raise here, before any I/O; the load itself runs as you iterate.
         """
         self._core.check_list(prefix, limit)
-        return self._loaded(prefix, limit, reverse, allow_expired)
+        if before is not None:
+            self._core.check_prefix(before)
+        return self._loaded(prefix, limit, reverse, allow_expired, before)
 
     async def _loaded(
-        self, prefix: str, limit: int | None, reverse: bool, allow_expired: bool
+        self, prefix: str, limit: int | None, reverse: bool, allow_expired: bool, before: str | None
     ) -> AsyncIterator[tuple[str, Parked]]:
         core = self._core
         if core.witness is not None:  # each frame judged by the witness, as Store.load_prefix
-            rows = self.backend.sorted_heads(core.prefix + prefix, core.head_read, limit=limit, reverse=reverse)
+            rows = self.backend.sorted_heads(
+                core.prefix + prefix, core.head_read, limit=None if before else limit, reverse=reverse
+            )
+            taken = 0
             async for key, _header, _token, _size in self._peeked(rows, prefix, "load"):
+                if before is not None and key >= before:
+                    continue
+                if limit is not None and taken >= limit:
+                    return
+                taken += 1
                 parked = await self.load(key, allow_expired=allow_expired)
                 if parked is not None:
                     yield key, parked
             return
+        bounded = {} if before is None else {"before": core.prefix + before}
         try:
             async for name, data, token in self.backend.sorted_frames(
-                core.prefix + prefix, limit=limit, reverse=reverse
+                core.prefix + prefix, limit=limit, reverse=reverse, **bounded
             ):
                 yield await self._cpu(len(data), core.loaded, name, data, token, allow_expired)
         except Exception as exc:

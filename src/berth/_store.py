@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import re
 import stat
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import MappingProxyType
@@ -565,6 +566,12 @@ class StoreCore:
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             raise ValueError(f"list limit must be a positive int or None, got {limit!r}")
 
+    @staticmethod
+    def keys_before(keys: Iterable[str], before: str | None, limit: int | None) -> Iterator[str]:
+        """`keys` (in order) that sort before `before` (all when None), the first `limit`."""
+        kept = keys if before is None else (key for key in keys if key < before)
+        return itertools.islice(kept, limit)
+
     def check_prefix(self, prefix: str) -> None:
         if not isinstance(prefix, str) or prefix.startswith("/") or _CONTROL.search(prefix):
             raise InvalidKey(f"invalid prefix {prefix!r} for identity {self.identity!r}", identity=self.identity)
@@ -915,7 +922,13 @@ class Store:
                 yield _listing(key, header, token, size)
 
     def load_prefix(
-        self, prefix: str = "", *, limit: int | None = None, reverse: bool = False, allow_expired: bool = False
+        self,
+        prefix: str = "",
+        *,
+        limit: int | None = None,
+        reverse: bool = False,
+        allow_expired: bool = False,
+        before: str | None = None,
     ) -> Iterator[tuple[str, Parked]]:
         """Stream `(key, Parked)` of what is parked under `prefix` in key order: `list` and `load_many` in one read.
 
@@ -931,28 +944,36 @@ class Store:
             limit: at most this many envelopes (None: all).
             reverse: descending key order.
             allow_expired: return envelopes past their deadline instead of raising (inspection tools only).
+            before: only keys that sort before it (`reverse=True`: the page of history before a
+                key). One bounded query on SQLite and PostgreSQL; elsewhere, and with a witness,
+                the names after it are listed and passed over.
 
         Raises:
-            InvalidKey: a prefix with control characters or a leading "/" (before any I/O).
+            InvalidKey: a prefix or `before` with control characters or a leading "/" (before any I/O).
             ValueError: a limit that is not a positive int (before any I/O).
             Expired, IntegrityError, FormatError: as `load`, for the first such frame in order.
             BackendError: the backend failed.
         """
         self.core.check_list(prefix, limit)
-        return self._loaded(prefix, limit, reverse, allow_expired)
+        if before is not None:
+            self.core.check_prefix(before)
+        return self._loaded(prefix, limit, reverse, allow_expired, before)
 
     def _loaded(
-        self, prefix: str, limit: int | None, reverse: bool, allow_expired: bool
+        self, prefix: str, limit: int | None, reverse: bool, allow_expired: bool, before: str | None = None
     ) -> Iterator[tuple[str, Parked]]:
         core = self.core
         with self._backend_call(prefix or "*", "load"):
             if core.witness is not None:  # each frame judged by the witness against its record
-                for key, _header, _token, _size in self._heads(prefix, ordered=True, limit=limit, reverse=reverse):
+                heads = self._heads(prefix, ordered=True, limit=None if before else limit, reverse=reverse)
+                for key in core.keys_before((key for key, *_ in heads), before, limit):
                     parked = self.load(key, allow_expired=allow_expired)
                     if parked is not None:
                         yield key, parked
                 return
-            for name, data, token in self.backend.sorted_frames(core.prefix + prefix, limit=limit, reverse=reverse):
+            bounded = {} if before is None else {"before": core.prefix + before}
+            rows = self.backend.sorted_frames(core.prefix + prefix, limit=limit, reverse=reverse, **bounded)
+            for name, data, token in rows:
                 yield core.loaded(name, data, token, allow_expired)
 
     def delete_prefix(self, prefix: str) -> int:

@@ -202,9 +202,9 @@ def _asked(questions: Any, prefix: str, limit: int) -> list[str]:
     return [question.key for question, _ in itertools.islice(questions.list(prefix), limit)]
 
 
-def _refuse_unseen(store: Store, prefix: str, after: str, seen: frozenset[str]) -> None:
-    """With a witness: raise `IntegrityError` for a frame under `prefix`, sorting after `after`, that a read
-    did not find and the witness saw parked and never leave (deleted behind berth's back).
+def _refuse_unseen(store: Store, prefix: str, after: str, seen: frozenset[str], before: str | None = None) -> None:
+    """With a witness: raise `IntegrityError` for a frame under `prefix`, sorting after `after` (and before
+    `before`), that a read did not find and the witness saw parked and never leave (deleted behind berth's back).
 
     Each key the witness knows there that the read did not see is loaded: one that left (a
     claim, a delete, a sweep) or landed meanwhile passes; a missing one is refused by the load.
@@ -213,7 +213,7 @@ def _refuse_unseen(store: Store, prefix: str, after: str, seen: frozenset[str]) 
     if witness is None:
         return
     for key in witness.keys_after(prefix, after):
-        if key not in seen:
+        if key not in seen and (before is None or key < before):
             store.load(key, allow_expired=True)
 
 
@@ -248,8 +248,8 @@ class _SyncIO:
     def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
         return list(self.store.list(prefix, limit=limit, reverse=reverse))
 
-    def unseen(self, prefix: str, after: str, seen: frozenset[str]) -> None:
-        _refuse_unseen(self.store, prefix, after, seen)
+    def unseen(self, prefix: str, after: str, seen: frozenset[str], before: str | None = None) -> None:
+        _refuse_unseen(self.store, prefix, after, seen, before)
 
     def load(self, key: str) -> Parked | None:
         return self.store.load(key)
@@ -257,8 +257,14 @@ class _SyncIO:
     def load_many(self, keys: Sequence[str]) -> list[Parked | None]:
         return self.store.load_many(keys) if keys else []
 
-    def frames(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[tuple[str, Parked]]:
-        return list(self.store.load_prefix(prefix, limit=limit, reverse=reverse))
+    def frames(
+        self, prefix: str, limit: int | None = None, reverse: bool = False, before: str | None = None
+    ) -> list[tuple[str, Parked]]:
+        return list(self.store.load_prefix(prefix, limit=limit, reverse=reverse, before=before))
+
+    def last_key(self, prefix: str, before: str | None) -> str | None:
+        found = self.store.load_prefix(prefix, limit=1, reverse=True, before=before, allow_expired=True)
+        return next((key for key, _ in found), None)
 
     def save(self, key: str, envelope: Envelope, **condition: Any) -> Any:
         return self.store.save(key, envelope, **condition)
@@ -304,9 +310,9 @@ class _AsyncIO:
     async def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
         return [item async for item in self.store.list(prefix, limit=limit, reverse=reverse)]
 
-    async def unseen(self, prefix: str, after: str, seen: frozenset[str]) -> None:
+    async def unseen(self, prefix: str, after: str, seen: frozenset[str], before: str | None = None) -> None:
         if self.store.sync.core.witness is not None:
-            await asyncio.to_thread(_refuse_unseen, self.store.sync, prefix, after, seen)
+            await asyncio.to_thread(_refuse_unseen, self.store.sync, prefix, after, seen, before)
 
     async def load(self, key: str) -> Parked | None:
         return await self.store.load(key)
@@ -314,8 +320,14 @@ class _AsyncIO:
     async def load_many(self, keys: Sequence[str]) -> list[Parked | None]:
         return await self.store.load_many(keys) if keys else []
 
-    async def frames(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[tuple[str, Parked]]:
-        return [row async for row in self.store.load_prefix(prefix, limit=limit, reverse=reverse)]
+    async def frames(
+        self, prefix: str, limit: int | None = None, reverse: bool = False, before: str | None = None
+    ) -> list[tuple[str, Parked]]:
+        return [row async for row in self.store.load_prefix(prefix, limit=limit, reverse=reverse, before=before)]
+
+    async def last_key(self, prefix: str, before: str | None) -> str | None:
+        found = self.store.load_prefix(prefix, limit=1, reverse=True, before=before, allow_expired=True)
+        return next(iter([key async for key, _ in found]), None)
 
     async def save(self, key: str, envelope: Envelope, **condition: Any) -> Any:
         return await self.store.save(key, envelope, **condition)
@@ -485,16 +497,17 @@ class _SaverCore(BaseCheckpointSaver[Any]):
 
     # -- plans --------------------------------------------------------------------------------
 
-    def _newest(self, prefix: str, count: int) -> Plan[list[_Loaded]]:
-        """The newest `count` checkpoints under one namespace's `c/`, each with its writes, opened.
+    def _newest(self, prefix: str, count: int, before: str | None = None) -> Plan[list[_Loaded]]:
+        """The newest `count` checkpoints under one namespace's `c/` (keys before `before`), with their writes.
 
         A checkpoint's writes (`c/<id>/<task>`) sort after it, so newest first they come just
         before it: one ordered load of two frames per checkpoint (it and one task's writes) to
-        start with, more only while it has not reached the `count`-th checkpoint.
+        start with, more only while it has not reached the `count`-th checkpoint. With `before`
+        it starts there: one bounded query however long the history behind it.
         """
         size = 2 * count
         while True:
-            rows = yield call("io", "frames", prefix, size, True)
+            rows = yield call("io", "frames", prefix, size, True, before)
             out: list[_Loaded] = []
             writes: dict[str, list[tuple[str, Parked | None]]] = {}
             for key, parked in rows:
@@ -509,7 +522,7 @@ class _SaverCore(BaseCheckpointSaver[Any]):
                 # nothing the witness saw parked in the range read is gone: a deleted newest
                 # checkpoint is refused, never served as the one before it
                 after = out[-1][0] if len(out) == count else ""
-                yield call("io", "unseen", prefix, after, frozenset(key for key, _ in rows))
+                yield call("io", "unseen", prefix, after, frozenset(key for key, _ in rows), before)
                 return out
             size *= 4
 
@@ -537,19 +550,22 @@ class _SaverCore(BaseCheckpointSaver[Any]):
         want = {"thread_id": thread, "checkpoint_ns": ns}
         if cid:
             want["checkpoint_id"] = str(cid)
-            key = self._checkpoint_key(thread, ns, str(cid))
-            parked = yield call("io", "load", key)
-            if parked is None:
-                return None
-            writes = yield call("io", "frames", self._writes_prefix(thread, ns, str(cid)))
-            yield call("io", "unseen", self._writes_prefix(thread, ns, str(cid)), "", frozenset(k for k, _ in writes))
-            found = [(key, parked, writes)]
+            found = yield from self._at(self._checkpoint_key(thread, ns, str(cid)))
         else:
             # the latest checkpoint and its writes in one ordered load; each frame's seal binds it
             # to its key, and its body names the thread, namespace and checkpoint id again (checked)
             found = yield from self._newest(f"{self._ns_prefix(thread, ns)}c/", 1)
         tuples = self._tuples(found, want, None, 1)
         return tuples[0] if tuples else None
+
+    def _at(self, key: str) -> Plan[list[_Loaded]]:
+        """The checkpoint at `key` with its writes, opened: [] when there is none."""
+        parked = yield call("io", "load", key)
+        if parked is None:
+            return []
+        writes = yield call("io", "frames", key + "/")
+        yield call("io", "unseen", key + "/", "", frozenset(k for k, _ in writes))
+        return [(key, parked, writes)]
 
     def _tuples(
         self, found: Sequence[_Loaded], want: dict[str, str], filter: dict[str, Any] | None, limit: int | None
@@ -584,21 +600,70 @@ class _SaverCore(BaseCheckpointSaver[Any]):
         ns = conf.get("checkpoint_ns")
         only = conf.get("checkpoint_id")
         before_id = get_checkpoint_id(before) if before else None
-        if thread is None:
-            prefix = self.prefix
-        elif ns is None:
-            prefix = self._thread_prefix(str(thread))
-        else:
-            prefix = f"{self._ns_prefix(str(thread), str(ns))}c/"
         if limit is not None and limit <= 0:
             return []
-        want = {} if thread is None else {"thread_id": str(thread)}
+        if thread is None:
+            return (yield from self._list_everything(filter, only, before_id, limit))
+        thread = str(thread)
+        want = {"thread_id": thread}
         if ns is not None:
             want["checkpoint_ns"] = str(ns)
-        if thread is not None and ns is not None and not filter and not before_id and not only and limit:
-            # one thread and namespace: a bounded ordered load
-            newest = yield from self._newest(prefix, limit)
-            return self._tuples(newest, want, None, limit)
+            spaces = [self._ns_prefix(thread, str(ns))]
+        else:
+            spaces = yield from self._namespaces(thread)
+        out: list[CheckpointTuple] = []
+        for space in spaces:  # each namespace's newest matches, then the newest of them all
+            prefix = f"{space}c/"
+            bound = None if before_id is None else prefix + _segment(str(before_id))
+            if only is not None:
+                key = prefix + _segment(str(only))
+                found = [] if bound is not None and key >= bound else (yield from self._at(key))
+                out += self._tuples(found, want, filter, limit)
+                continue
+            out += yield from self._matching(prefix, want, filter, limit, bound)
+        if len(spaces) > 1:
+            out.sort(key=lambda t: str(t.config["configurable"]["checkpoint_id"]), reverse=True)
+        return out if limit is None else out[:limit]
+
+    def _matching(
+        self, prefix: str, want: dict[str, str], filter: dict[str, Any] | None, limit: int | None, before: str | None
+    ) -> Plan[list[CheckpointTuple]]:
+        """One namespace's checkpoints newest first, before `before`, that match `filter`: the first `limit`.
+
+        A page at a time from where the last one ended: the page `list(limit=n, before=...)` asks
+        for costs one bounded load whatever the length of the history (more only while `filter`
+        passes over checkpoints).
+        """
+        out: list[CheckpointTuple] = []
+        while True:
+            count = _PAGE if limit is None else limit - len(out)
+            found = yield from self._newest(prefix, count, before)
+            out += self._tuples(found, want, filter, None if limit is None else limit - len(out))
+            if len(found) < count or (limit is not None and len(out) >= limit):
+                return out
+            before = found[-1][0]
+
+    def _namespaces(self, thread: str) -> Plan[list[str]]:
+        """The key prefixes (`<thread>/<ns>/`) of the thread's namespaces: one bounded look each.
+
+        From the last key down: the namespace of the last key before the previous namespace's
+        first possible key, until there is none.
+        """
+        base = self._thread_prefix(thread)
+        spaces: list[str] = []
+        before: str | None = None
+        while True:
+            key = yield call("io", "last_key", base, before)
+            if key is None:
+                return spaces
+            before = f"{base}{key[len(base) :].split('/', 1)[0]}/"
+            spaces.append(before)
+
+    def _list_everything(
+        self, filter: dict[str, Any] | None, only: Any, before_id: Any, limit: int | None
+    ) -> Plan[list[CheckpointTuple]]:
+        """`list` with no thread: every checkpoint under the prefix, from one listing of their keys."""
+        prefix = self.prefix
         rows = yield call("io", "heads", prefix, None, True)
         yield call("io", "unseen", prefix, "", frozenset(row.key for row in rows))
         candidates = self._checkpoints(rows, only, before_id)
@@ -613,7 +678,7 @@ class _SaverCore(BaseCheckpointSaver[Any]):
             for key, wkeys in chunk:
                 found.append((key, loaded[at], list(zip(wkeys, loaded[at + 1 : at + 1 + len(wkeys)], strict=True))))
                 at += 1 + len(wkeys)
-            out += self._tuples(found, want, filter, None if limit is None else limit - len(out))
+            out += self._tuples(found, {}, filter, None if limit is None else limit - len(out))
             if limit is not None and len(out) >= limit:
                 return out
         return out

@@ -157,9 +157,12 @@ class RecordingBackend(Backend):
         self.calls.append("sorted_heads")
         return self.inner.sorted_heads(prefix, size, limit=limit, reverse=reverse)
 
-    def sorted_frames(self, prefix: str, *, limit: int | None, reverse: bool) -> Iterator[Frame]:
+    def sorted_frames(
+        self, prefix: str, *, limit: int | None, reverse: bool, before: str | None = None
+    ) -> Iterator[Frame]:
         self.calls.append("sorted_frames")
-        return self.inner.sorted_frames(prefix, limit=limit, reverse=reverse)
+        bounded = {} if before is None else {"before": before}
+        return self.inner.sorted_frames(prefix, limit=limit, reverse=reverse, **bounded)
 
     def head(self, name: str, size: int) -> tuple[Data, Token] | None:
         self.calls.append("head")
@@ -707,6 +710,22 @@ class StoreContract:
         ]
         assert [key for key, _ in store.load_prefix(limit=3)] == ["t1/cp-000", "t1/cp-001", "t1/cp-002"]
         assert list(store.load_prefix("nothing/")) == []
+
+    def test_load_prefix_before_starts_below_a_key(self, store: Store) -> None:
+        # a page of history before a key: keys that sort before `before`, newest first, across pages
+        keys = [f"h/{i:04d}" for i in range(150)]
+        for key in keys:
+            store.save(key, make_envelope(key))
+        store.save("h/0100-w", make_envelope())  # sorts after h/0100: not before it
+        store.save("h0", make_envelope())
+        page = [(key, p.envelope.run_id) for key, p in store.load_prefix("h/", limit=10, reverse=True, before="h/0100")]
+        assert page == [(key, key) for key in keys[99:89:-1]]
+        assert [key for key, _ in store.load_prefix("h/", reverse=True, before="h/0100")] == keys[:100][::-1]
+        assert [key for key, _ in store.load_prefix("h/", before="h/0003")] == keys[:3]
+        assert [key for key, _ in store.load_prefix("h/", limit=2, reverse=True, before="i")] == ["h/0149", "h/0148"]
+        assert list(store.load_prefix("h/", reverse=True, before="h/")) == []
+        with pytest.raises(InvalidKey):
+            store.load_prefix("h/", before="/h")
 
     def test_load_prefix_fails_closed_on_expiry_and_tampering(self, store: Store, clock: FakeClock) -> None:
         store.save("p/a", make_envelope())

@@ -104,14 +104,18 @@ class Backend(ABC):
             if head is not None:
                 yield head
 
-    def sorted_frames(self, prefix: str, *, limit: int | None, reverse: bool) -> Iterator[Frame]:
+    def sorted_frames(
+        self, prefix: str, *, limit: int | None, reverse: bool, before: str | None = None
+    ) -> Iterator[Frame]:
         """Whole frames under `prefix` in bytewise name order (descending with `reverse`), the first `limit`.
 
         `(name, data, token)` each; a value that is not one of the backend's records raises
-        (`FormatError`/`IntegrityError`), as `get` does. Default: names only (`scan`) to order
-        them, then `get_many` a batch at a time; a frame deleted meanwhile is left out.
+        (`FormatError`/`IntegrityError`), as `get` does. `before`: only names that sort before
+        it (the store passes it only when its caller does). Default: names only (`scan`) to
+        order them, then `get_many` a batch at a time; a frame deleted meanwhile is left out.
         """
-        names = sorted_names(self.scan(prefix), limit, reverse)
+        scanned = self.scan(prefix)
+        names = sorted_names(scanned if before is None else (n for n in scanned if n < before), limit, reverse)
         for at in range(0, len(names), FRAME_BATCH):
             batch = names[at : at + FRAME_BATCH]
             for name, found in zip(batch, self.get_many(batch), strict=True):

@@ -73,12 +73,20 @@ class AsyncBackend:
         for row in sorted_names(rows, limit, reverse):
             yield row
 
-    def sorted_frames(self, prefix: str, *, limit: int | None, reverse: bool) -> AsyncIterator[Frame]:
+    def sorted_frames(
+        self, prefix: str, *, limit: int | None, reverse: bool, before: str | None = None
+    ) -> AsyncIterator[Frame]:
         """Whole frames under `prefix` in bytewise name order; default: names from `sorted_heads`, then `get_many`."""
-        return self._frames_by_heads(prefix, limit, reverse)
+        return self._frames_by_heads(prefix, limit, reverse, before)
 
-    async def _frames_by_heads(self, prefix: str, limit: int | None, reverse: bool) -> AsyncIterator[Frame]:
-        names = [row[0] async for row in self.sorted_heads(prefix, 1, limit=limit, reverse=reverse)]
+    async def _frames_by_heads(
+        self, prefix: str, limit: int | None, reverse: bool, before: str | None
+    ) -> AsyncIterator[Frame]:
+        if before is None:
+            names = [row[0] async for row in self.sorted_heads(prefix, 1, limit=limit, reverse=reverse)]
+        else:
+            kept = [row[0] async for row in self.sorted_heads(prefix, 1, limit=None, reverse=reverse)]
+            names = [name for name in kept if name < before][:limit]
         for at in range(0, len(names), FRAME_BATCH):
             batch = names[at : at + FRAME_BATCH]
             for name, found in zip(batch, await self.get_many(batch), strict=True):
@@ -152,9 +160,12 @@ class ThreadedBackend(AsyncBackend):
     def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> AsyncIterator[Head]:
         return self._pages(lambda: self.sync.sorted_heads(prefix, size, limit=limit, reverse=reverse))
 
-    def sorted_frames(self, prefix: str, *, limit: int | None, reverse: bool) -> AsyncIterator[Frame]:
+    def sorted_frames(
+        self, prefix: str, *, limit: int | None, reverse: bool, before: str | None = None
+    ) -> AsyncIterator[Frame]:
         # A batch of whole frames per hop: the rows a consumer asked for are wanted together.
-        make = functools.partial(self.sync.sorted_frames, prefix, limit=limit, reverse=reverse)
+        bounded = {} if before is None else {"before": before}  # a backend of before this option works without it
+        make = functools.partial(self.sync.sorted_frames, prefix, limit=limit, reverse=reverse, **bounded)
         return self._pages(make, FRAME_BATCH, FRAME_BATCH)
 
     async def _pages(

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from berth._errors import FormatError, IntegrityError
 from berth._token import Token
 
-__all__ = ["FRAME_BATCH", "Data", "Frame", "Head", "Ordering", "ordered", "sorted_names", "upper_bound"]
+__all__ = ["FRAME_BATCH", "Data", "Frame", "Head", "Ordering", "bound", "ordered", "sorted_names", "upper_bound"]
 
 Data = bytes | memoryview
 """What a backend reads back: bytes, or (a large frame) a view of the buffer it was read into,
@@ -54,6 +54,14 @@ def upper_bound(prefix: str) -> str | None:
             return "".join(chars)
         chars.pop()
     return None
+
+
+def bound(prefix: str, before: str | None) -> str | None:
+    """The least string no listing of `prefix` limited to names before `before` reaches (None: no bound)."""
+    below = upper_bound(prefix)
+    if before is not None and (below is None or before < below):
+        return before
+    return below
 
 
 def sorted_names(names: Iterable[_T], limit: int | None, reverse: bool) -> list[_T]:

@@ -38,7 +38,7 @@ from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._aio import AsyncBackend
-from berth.backends._bulk import FRAME_BATCH, Frame, Head, upper_bound
+from berth.backends._bulk import FRAME_BATCH, Frame, Head, bound
 from berth.backends._errmap import ErrorMap, Row
 from berth.backends._pgpool import KEEP_BYTES, AsyncPool, Pool
 
@@ -125,9 +125,16 @@ class _Pager:
     """
 
     def __init__(
-        self, statements: dict[str, bytes], kind: str, prefix: str, size: int, limit: int | None, reverse: bool
+        self,
+        statements: dict[str, bytes],
+        kind: str,
+        prefix: str,
+        size: int,
+        limit: int | None,
+        reverse: bool,
+        before: str | None = None,
     ):
-        below = upper_bound(prefix)
+        below = bound(prefix, before)
         self._page = FRAME_BATCH if kind == "frames" else _PAGE
         self._statements = statements
         self._key = f"{kind}:{{}}:{below is not None}:{reverse}"
@@ -518,12 +525,19 @@ class PostgresBackend(Backend):
         return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= _INT64_MAX
 
     def _pages(
-        self, kind: str, prefix: str, size: int = 0, *, limit: int | None = None, reverse: bool = False
+        self,
+        kind: str,
+        prefix: str,
+        size: int = 0,
+        *,
+        limit: int | None = None,
+        reverse: bool = False,
+        before: str | None = None,
     ) -> Iterator[tuple[Any, ...]]:
         # One short statement per page, each on whatever pooled connection is
         # free: nothing stays open between pages, so a slow consumer holds no
         # snapshot, lock or connection.
-        pager = _Pager(self._q, kind, prefix, size, limit, reverse)
+        pager = _Pager(self._q, kind, prefix, size, limit, reverse, before)
         self._ensure_ready()
         while (step := pager.next()) is not None:
             with _ERRORS.mapped("list", prefix), self._pool.connection() as conn:
@@ -545,9 +559,11 @@ class PostgresBackend(Backend):
         for row in self._pages("heads", prefix, size, limit=limit, reverse=reverse):
             yield _head(row)
 
-    def sorted_frames(self, prefix: str, *, limit: int | None, reverse: bool) -> Iterator[Frame]:
+    def sorted_frames(
+        self, prefix: str, *, limit: int | None, reverse: bool, before: str | None = None
+    ) -> Iterator[Frame]:
         """Whole frames under `prefix` in name order: `limit` of them (up to 64) is one indexed query."""
-        for name, data, gen in self._pages("frames", prefix, limit=limit, reverse=reverse):
+        for name, data, gen in self._pages("frames", prefix, limit=limit, reverse=reverse, before=before):
             if data is not None:
                 yield name, data, Token(int(gen))
             elif (found := self.get(name)) is not None:  # a large frame, read in pieces
@@ -692,9 +708,9 @@ class AsyncPostgresBackend(AsyncBackend):
         self.sync._deleted(name, token, await self._run("delete", name, "delete", (name, token.value)))
 
     async def _pages(
-        self, kind: str, prefix: str, size: int, limit: int | None, reverse: bool
+        self, kind: str, prefix: str, size: int, limit: int | None, reverse: bool, before: str | None = None
     ) -> AsyncIterator[tuple[Any, ...]]:
-        pager = _Pager(self._q, kind, prefix, size, limit, reverse)
+        pager = _Pager(self._q, kind, prefix, size, limit, reverse, before)
         await self._ready()
         while (step := pager.next()) is not None:
             rows = await self._fetchall("list", prefix, *step, binary=True)
@@ -709,8 +725,10 @@ class AsyncPostgresBackend(AsyncBackend):
         async for row in self._pages("heads", prefix, size, limit, reverse):
             yield _head(row)
 
-    async def sorted_frames(self, prefix: str, *, limit: int | None, reverse: bool) -> AsyncIterator[Frame]:
-        async for name, data, gen in self._pages("frames", prefix, 0, limit, reverse):
+    async def sorted_frames(
+        self, prefix: str, *, limit: int | None, reverse: bool, before: str | None = None
+    ) -> AsyncIterator[Frame]:
+        async for name, data, gen in self._pages("frames", prefix, 0, limit, reverse, before):
             if data is not None:
                 yield name, data, Token(int(gen))
             elif (found := await self.get(name)) is not None:

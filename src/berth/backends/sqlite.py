@@ -31,7 +31,7 @@ from berth._errors import BerthError, FormatError, TokenMismatch
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
-from berth.backends._bulk import FRAME_BATCH, Frame, Head, upper_bound
+from berth.backends._bulk import FRAME_BATCH, Frame, Head, bound
 from berth.backends._errmap import ErrorMap, Row
 
 __all__ = ["SqliteBackend"]
@@ -431,6 +431,7 @@ class SqliteBackend(Backend):
         limit: int | None = None,
         reverse: bool = False,
         rows_per_page: int = _PAGE,
+        before: str | None = None,
     ) -> Iterator[tuple[Any, ...]]:
         # Keyset pages in name order over the primary key's index: no read transaction
         # stays open between pages, so a long listing never blocks writers or checkpoints,
@@ -439,7 +440,7 @@ class SqliteBackend(Backend):
         remaining = limit
         while remaining is None or remaining > 0:
             page = rows_per_page if remaining is None else min(rows_per_page, remaining)
-            rows = self._page(prefix, columns, args, page, reverse, last)
+            rows = self._page(prefix, columns, args, page, reverse, last, before)
             yield from rows
             if len(rows) < page:
                 return
@@ -448,10 +449,17 @@ class SqliteBackend(Backend):
             last = rows[-1][0]
 
     def _page(
-        self, prefix: str, columns: str, args: tuple[Any, ...], page: int, reverse: bool, last: str | None
+        self,
+        prefix: str,
+        columns: str,
+        args: tuple[Any, ...],
+        page: int,
+        reverse: bool,
+        last: str | None,
+        before: str | None = None,
     ) -> list[tuple[Any, ...]]:
-        """One keyset page of `_pages`: up to `page` rows under `prefix` past `last`, in one query."""
-        below = upper_bound(prefix)
+        """One keyset page of `_pages`: up to `page` rows under `prefix` past `last` (and before `before`)."""
+        below = bound(prefix, before)
         if reverse:
             where, params = "name >= ?", [prefix]
             if last is not None or below is not None:
@@ -487,12 +495,15 @@ class SqliteBackend(Backend):
                 continue
             yield name, head, Token(gen), full
 
-    def sorted_frames(self, prefix: str, *, limit: int | None, reverse: bool) -> Iterator[Frame]:
+    def sorted_frames(
+        self, prefix: str, *, limit: int | None, reverse: bool, before: str | None = None
+    ) -> Iterator[Frame]:
         """Whole frames under `prefix` in name order: `limit` of them (up to 64) is one indexed query."""
         if limit is not None and 0 < limit <= FRAME_BATCH:
             # one page: read it now, no pager generator (a third of the SQL's cost for a saver's two rows)
-            return iter([_frame(row) for row in self._page(prefix, "data, gen", (), limit, reverse, None)])
-        return map(_frame, self._pages(prefix, "data, gen", limit=limit, reverse=reverse, rows_per_page=FRAME_BATCH))
+            return iter([_frame(row) for row in self._page(prefix, "data, gen", (), limit, reverse, None, before)])
+        rows = self._pages(prefix, "data, gen", limit=limit, reverse=reverse, rows_per_page=FRAME_BATCH, before=before)
+        return map(_frame, rows)
 
     def get_many(self, names: Sequence[str]) -> list[tuple[bytes, Token] | None]:
         """Every name's data and generation (or None): one query per 256 names, in one read snapshot.
