@@ -52,3 +52,17 @@ def test_arguments_are_fields_long_values_folded_never_cut() -> None:
     assert '<ol class="items" start="0"><li><span class="num">1</span></li><li><span class="lit">null</span>' in html
     assert '<details class="fold">' in html and long in html  # the whole value is there
     assert prompt_json('{"tool": "close_issue"}') is not None and prompt_json("Push it?") is None
+
+
+def test_a_card_changes_version_when_it_expires_so_a_live_page_takes_its_form_away() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    import berth
+    from berth._serve._inbox import Card, Item
+    from berth._serve._views import version
+
+    now = datetime.now(timezone.utc)
+    item = Item("ops", "k", "r", now, now + timedelta(seconds=30), {}, "t")
+    card = Card(item, berth.Question("q1", "k", "r", "?", now), None)
+    assert version(card, now) == "q1:open"
+    assert version(card, now + timedelta(minutes=1)) == "q1:open:expired"

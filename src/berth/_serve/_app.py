@@ -366,7 +366,7 @@ def create_app(
         context = await page_context(request, person, csrf_for(request, known))
         # what the fragment shows, not its text: relative times change every second and are the script's job
         page = context["page"]
-        shown = [(c.item.identity, c.item.key, c.item.token, views.version(c)) for c in page.cards]
+        shown = [(c.item.identity, c.item.key, c.item.token, views.version(c, context["now"])) for c in page.cards]
         counts = [(i, page.snapshot.counts[i].questions) for i in inbox.identities]
         recent = [(g.key, g.question_id, fate) for g, fate in context["recent"]]
         fingerprint = repr((person, context["csrf"], page.total, page.offset, page.limit, shown, counts, recent))

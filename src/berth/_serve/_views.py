@@ -218,9 +218,11 @@ def prompt_json(prompt: str) -> Markup | None:
     return fields(value)
 
 
-def version(card: Card) -> str:
-    """What a live page compares to tell a card changed: the question and whether it is answered."""
-    return card.question.id + (":answered" if card.answer is not None else ":open")
+def version(card: Card, now: datetime | None = None) -> str:
+    """What a live page compares to tell a card changed: the question, whether it is answered, and whether
+    it has expired (so a page left open past a deadline takes the answer form away)."""
+    state = ":answered" if card.answer is not None else ":open"
+    return card.question.id + state + (":expired" if card.expired(now or datetime.now(timezone.utc)) else "")
 
 
 FILTERS: dict[str, Callable[..., Any]] = {
