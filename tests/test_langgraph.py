@@ -736,7 +736,7 @@ def _cancelling_saver(base: type, cancel: _Cancelling) -> Any:
 
             return ticked
 
-    class Saver(base):  # type: ignore[misc, valid-type]
+    class Saver(base):
         def _async_targets(self) -> dict[str, Any]:
             return {"io": Ticking(super()._async_targets()["io"])}
 
@@ -914,7 +914,7 @@ def test_list_reads_what_it_returns_with_before_filter_and_without_a_namespace()
     for step in range(300):
         checkpoint = empty_checkpoint()
         checkpoint["channel_values"] = {"step": step}
-        parent = saver.put(parent, checkpoint, {"source": "loop", "step": step, "even": step % 2 == 0}, {})
+        parent = saver.put(parent, checkpoint, {"source": "loop", "step": step, "even": step % 2 == 0}, {})  # type: ignore[typeddict-unknown-key]
         saver.put_writes(parent, [("out", step)], "task")
         ids.append(parent["configurable"]["checkpoint_id"])
     sub: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "child:1"}}

@@ -77,7 +77,7 @@ def run_answers(threads: int, workdir: Path, *, callers: int = CALLERS, gap: flo
         graphs = [_graph(BerthSaver(store), ran) for store in stores]
         for n in range(threads):
             tid, bound = f"t{n}", n % 2 == 0
-            config = {"configurable": {"thread_id": tid}}
+            config: Any = {"configurable": {"thread_id": tid}}
             (asked,) = graphs[-1].invoke({}, config)["__interrupt__"]
             answer = f"push-yes-{n}"
             value: Any = {asked.id: answer} if bound else answer

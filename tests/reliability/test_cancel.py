@@ -18,6 +18,7 @@ Adding a target is one `Target(park, resume)`: see `TARGETS` (LangGraph's `aresu
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import os
 import random
@@ -196,11 +197,8 @@ def _integration(module: str, sync: bool) -> Target:
         def ran(call: Any) -> None:
             h.ran[key] = h.ran.get(key, 0) + 1
 
-        if module == "openai_agents":
-            from tests.test_openai_agents import build as build_agent
-        else:
-            from tests.test_pydantic_ai import build as build_agent
-        return build_agent(ran)  # type: ignore[arg-type]
+        framework: Any = importlib.import_module(f"tests.test_{module}")
+        return framework.build(ran)
 
     async def park(h: Handles, key: str) -> None:
         agent = build(h, key)
@@ -372,9 +370,7 @@ def test_the_trial_catches_a_commit_point_that_drops_its_run(name: str, tmp_path
     park = park_run if name == "claim" else park_asked
     TARGETS["dropping"] = lambda: Target(park, in_a_thread)
     try:
-        result = asyncio.run(
-            trial("memory", "memory://", targets=["dropping"], sweeps=3, budget=60)  # type: ignore[arg-type]
-        )
+        result = asyncio.run(trial("memory", "memory://", targets=["dropping"], sweeps=3, budget=60))
     finally:
         del TARGETS["dropping"]
     assert result.counts.get("lost", 0) > 0, result.notes
