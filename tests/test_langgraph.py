@@ -803,7 +803,7 @@ def test_aresume_once_cancelled_at_every_await_point_leaves_the_interrupt_resuma
     while not asyncio.run(trial(at)):
         at += 1
         assert at < 60
-    assert outcomes["handed back"] >= 5 and outcomes["resumed"] >= 1, outcomes
+    assert outcomes["handed back"] >= 3 and outcomes["resumed"] >= 3, outcomes
 
 
 def test_list_without_a_namespace_stays_in_its_thread_beside_a_neighbouring_one() -> None:

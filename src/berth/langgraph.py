@@ -34,13 +34,13 @@ Interrupts resumed exactly once: `resume_once` / `aresume_once` (below).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hashlib
 import itertools
+import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
@@ -51,7 +51,7 @@ from berth._aio_store import AsyncStore
 from berth._envelope import Envelope
 from berth._errors import Expired, IntegrityError, TokenMismatch, where
 from berth._hitl import human_response, interrupt_question, parse_approval
-from berth._plan import Plan, arun, call, run
+from berth._plan import InThreads, Plan, arun, call, commit, run, settle
 from berth._store import Listing, Parked, Store
 from berth._token import Token
 from berth.backends._aio import ThreadedBackend
@@ -85,6 +85,8 @@ __all__ = [
     "parse_approval",
     "resume_once",
 ]
+
+log = logging.getLogger("berth")
 
 DEFAULT_DEADLINE = timedelta(days=14)
 """How long an interrupt waits for its resume unless `resume_once` is told otherwise."""
@@ -340,24 +342,6 @@ class _AsyncIO:
 
     async def delete_prefix(self, prefix: str) -> int:
         return await self.store.delete_prefix(prefix)
-
-
-class _ThreadedIO:
-    """A `_SyncIO`'s calls, each awaited in a worker thread (a `BerthSaver` under `aresume_once`)."""
-
-    def __init__(self, io: _SyncIO):
-        self.io = io
-
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
-        method = getattr(self.io, name)
-
-        async def threaded(*args: Any, **kwargs: Any) -> Any:
-            return await asyncio.to_thread(method, *args, **kwargs)
-
-        return threaded
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
 
 
 def _configurable(config: RunnableConfig) -> dict[str, Any]:
@@ -873,13 +857,17 @@ class _SaverCore(BaseCheckpointSaver[Any]):
             # no deadline: the record that this interrupt was resumed lasts as long as its thread,
             # so a plain value delivered again later is never taken for a later interrupt's answer
             claim = Envelope(provider=PROVIDER, provider_state=orjson.dumps(body), reason="resume claimed")
+            key = self._claim_key(thread, ns, cid, iid)
             try:  # the commit point: one conditional write per interrupt, before the graph runs
-                token = yield call("io", "save", self._claim_key(thread, ns, cid, iid), claim, if_absent=True)
+                token = yield commit(
+                    call("io", "save", key, claim, if_absent=True), undo=functools.partial(self._delete_plan, key)
+                )
             except TokenMismatch:
                 continue
             won.resume[iid], won.tokens[iid], won.prompts[iid] = answer, token, pending[iid]
         for iid in list(won.resume):
-            yield call("io", "consume", self._question_key(thread, ns, cid, iid), iid)
+            ask = functools.partial(self._ask_again, won, iid)  # cancelled later: the question is back first
+            yield commit(call("io", "consume", self._question_key(thread, ns, cid, iid), iid), undo=ask)
             won.consumed.append(iid)
         if won.resume:
             yield from self._lease(won)
@@ -928,7 +916,12 @@ class _SaverCore(BaseCheckpointSaver[Any]):
                 provider=PROVIDER, provider_state=body, reason="resume running", deadline=self.now() + _LEASE
             )
             try:
-                won.lease_token = yield call("io", "save", won.lease_key, lease, if_absent=True)
+                # the lease held, the resume is the caller's: a cancellation from here on is withdrawn
+                won.lease_token = yield commit(
+                    call("io", "save", won.lease_key, lease, if_absent=True),
+                    undo=functools.partial(self._delete_plan, won.lease_key),
+                    delivers=True,
+                )
             except TokenMismatch:
                 self._check_due(won)
                 yield call("io", "clear_expired", won.lease_key)  # a resumer that died holding it
@@ -944,16 +937,28 @@ class _SaverCore(BaseCheckpointSaver[Any]):
             won.lease_token = None
         return None
 
-    def _unclaim(self, won: _Claim, pending: Iterable[str] | None = None) -> Plan[None]:
-        """Hand back what `won` took (of `pending` only, when given): the interrupts are resumable again.
+    def _delete_plan(self, key: str, token: Token) -> Plan[None]:
+        """Delete what a commit wrote at `key` (an `undo` of `berth._plan.commit`)."""
+        yield call("io", "delete", key, token)
+        return None
+
+    def _ask_again(self, won: _Claim, iid: str, _consumed: Any = None) -> Plan[None]:
+        """Ask the question of interrupt `iid` again (it was consumed by a claim being handed back)."""
+        thread, ns, cid = won.where
+        if won.due is not None:
+            yield call("io", "ask", self._question_key(thread, ns, cid, iid), won.prompts[iid], won.due, iid)
+        return None
+
+    def _unclaim(self, won: _Claim) -> Plan[None]:
+        """Hand back what `won` took (a claim that failed before the graph ran): the interrupts are resumable again.
 
         Each question consumed is asked again first, then the claim record is deleted (with the
         token it was written with), then the run lease released.
         """
         thread, ns, cid = won.where
-        for iid in [iid for iid in won.tokens if pending is None or iid in pending]:
-            if iid in won.consumed and won.due is not None:
-                yield call("io", "ask", self._question_key(thread, ns, cid, iid), won.prompts[iid], won.due, iid)
+        for iid in list(won.tokens):
+            if iid in won.consumed:
+                yield from self._ask_again(won, iid)
                 won.consumed.remove(iid)
             yield call("io", "delete", self._claim_key(thread, ns, cid, iid), won.tokens.pop(iid))
             won.resume.pop(iid, None)
@@ -1090,7 +1095,7 @@ class BerthSaver(_SaverCore):
         return await asyncio.to_thread(self._run, plan)
 
     def _async_targets(self) -> dict[str, Any]:
-        return {"io": _ThreadedIO(self._sync_io)}
+        return {"io": InThreads(self._sync_io)}
 
 
 class AsyncBerthSaver(_SaverCore):
@@ -1200,102 +1205,56 @@ def resume_once(graph: Any, config: RunnableConfig, value: Any, *, deadline: tim
 async def aresume_once(
     graph: Any, config: RunnableConfig, value: Any, *, deadline: timedelta = DEFAULT_DEADLINE
 ) -> Any:
-    """`resume_once`, awaited (`graph.ainvoke`); cancelled at any await, it leaves the interrupt resumable.
+    """`resume_once`, awaited (`graph.ainvoke`); cancelled at any await, it never loses the interrupt.
 
-    A cancellation that lands while a write is under way lets that write finish (it is one
-    statement), then hands back whatever the resume had claimed, consumed and leased, and
-    re-raises. Cancelled while the graph runs: the interrupts LangGraph still shows pending
-    are handed back (their branch had not finished, and runs again from its start on the
-    next resume); those it got past stay resumed.
+    Cancelled while it claims (`berth._plan`'s commit points): a write under way finishes, then
+    whatever was claimed, consumed and leased is handed back and `CancelledError` raised; the
+    interrupt stays resumable. Cancelled once it holds the run lease: the resume is the
+    caller's -- the graph runs to its end and its output is returned, the cancellation withdrawn
+    (as berth's integrations' wakes do), never a half-resumed run dropped.
     """
     from langgraph.types import Command
 
     saver = _saver_of(graph)
     deadline = _check_deadline(deadline)
     snapshot = await graph.aget_state(config)
-    won, targets, shield = _Claim(), saver._async_targets(), _Shield()
+    won, targets = _Claim(), saver._async_targets()
     try:
-        await _arun_steps(saver._claim(snapshot, value, deadline, won), targets)
+        # berth._plan's driver: from the first claim on, each write is awaited to its outcome; a
+        # cancellation before the run lease is held hands back every claim, consumed question and
+        # lease taken (their undo), after it the resume is the caller's
+        await arun(saver._claim(snapshot, value, deadline, won), targets)
+    except asyncio.CancelledError:
+        raise
     except Expired:
-        await shield.run(arun(saver._release(won), targets))
-        shield.reraise()
+        await _cleanup(arun(saver._release(won), targets))
         raise
     except BaseException:
-        await shield.run(arun(saver._unclaim(won), targets))
-        shield.reraise()
+        await _cleanup(arun(saver._unclaim(won), targets))
         raise
     if not won.resume:
         return None
     try:
-        return await graph.ainvoke(Command(resume=won.resume), config)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception):  # unknown: the claims stay (resumed at most once)
-            after = await shield.run(graph.aget_state(config))
-            await shield.run(arun(saver._unclaim(won, {item.id for item in after.interrupts}), targets))
-        raise
+        # the graph runs to its end and its output is returned whatever happens to the caller
+        # meanwhile, as berth's integrations' wakes run a resumed run: never a half-resumed run dropped
+        return await _delivered(graph.ainvoke(Command(resume=won.resume), config))
     finally:
-        await shield.run(arun(saver._release(won), targets))
-        shield.reraise()
+        await _cleanup(arun(saver._release(won), targets))
 
 
-_READS = frozenset({"asked", "exists", "frames", "heads", "load", "load_many", "sleep", "unseen"})
-"""Steps a cancellation may cut short: they change nothing."""
+async def _delivered(work: Awaitable[T]) -> T:
+    """`work` to its outcome through any cancellation of the caller, which is withdrawn (`Task.uncancel`)."""
+    task, late = await settle(work)
+    current = asyncio.current_task()
+    for _ in late if current is not None else ():
+        current.uncancel()  # type: ignore[union-attr]
+    result: T = task.result()
+    return result
 
 
-class _Shield:
-    """Runs clean-up to its end through a cancellation of its caller, which `reraise` then delivers."""
-
-    cancelled = False
-
-    async def run(self, work: Awaitable[T]) -> T:
-        task = asyncio.ensure_future(work)
-        while True:
-            try:
-                return await asyncio.shield(task)
-            except asyncio.CancelledError:
-                if task.done():
-                    raise
-                self.cancelled = True
-
-    def reraise(self) -> None:
-        if self.cancelled:
-            raise asyncio.CancelledError
-
-
-async def _arun_steps(plan: Plan[T], targets: Mapping[str, Any]) -> T:
-    """`arun`, but a write under way when the caller is cancelled runs to its end and its outcome reaches the plan.
-
-    The plan records each step it takes; a cancellation stops it before its next step and is
-    re-raised, so the caller can hand back exactly what was taken. Reads and pauses are cut
-    short at once.
-    """
-    cancelled = False
+async def _cleanup(work: Awaitable[Any]) -> None:
+    """Clean-up after the outcome is known: to its end through any cancellation (withdrawn), a failure logged."""
     try:
-        step = next(plan)
-        while True:
-            task = asyncio.ensure_future(getattr(targets[step.role], step.method)(*step.args, **step.kwargs))
-            while not task.done():
-                try:
-                    await asyncio.shield(task)
-                except asyncio.CancelledError:
-                    if step.method in _READS or task.done():
-                        task.cancel()
-                        raise
-                    cancelled = True  # a write under way: let it land, so the plan records it
-                except Exception:
-                    pass  # the step's own failure: thrown into the plan below
-            if task.cancelled():
-                raise asyncio.CancelledError
-            exc = task.exception()
-            if exc is not None and not isinstance(exc, Exception):
-                raise exc
-            step = plan.throw(exc) if exc is not None else plan.send(task.result())
-            if cancelled:
-                raise asyncio.CancelledError
-    except StopIteration as stop:
-        if cancelled:
-            raise asyncio.CancelledError from None
-        value: T = stop.value
-        return value
-    finally:
-        plan.close()
+        await _delivered(work)
+    except Exception as exc:
+        log.warning("berth: a LangGraph resume's clean-up failed: %s", exc)

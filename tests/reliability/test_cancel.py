@@ -3,7 +3,8 @@
 A *target* is one awaited call that may resume a parked run -- `berth.aio` `AsyncStore.claim`,
 `berth.aio.Coordinator.wake`, the OpenAI Agents and pydantic-ai integrations' `wake` over
 `berth.aio` stores (natively async on PostgreSQL and Redis) and over sync stores (run in worker
-threads) -- with how to park a run for it. Every storage call of the trial's handles (the async
+threads), LangGraph's `aresume_once` over an `AsyncBerthSaver` and over a `BerthSaver` -- with how
+to park a run for it. Every storage call of the trial's handles (the async
 backend's and its sync twin's: `put`, `get`, `delete`, ...) is an *edge* before it starts and
 another after it returns; the trial parks a run, arms a cancellation at edge k and runs the target
 as a task, for k = 1, 2, ... until the call finishes before its k-th edge. Armed at an edge, the
@@ -11,8 +12,7 @@ task is cancelled at once or, with `jitter`, a random few hundred microseconds l
 is in flight). Then the same target, uncancelled, tries again: the run must have been resumed by
 exactly one of the two. A run resumed by neither is *lost*, by both is *resumed twice*.
 
-Adding a target is one `Target(park, resume)`: see `TARGETS` (LangGraph's `aresume_once` would be
-`Target(park=<run a graph to its interrupt>, resume=<aresume_once(...) is not None>)`).
+Adding a target is one `Target(park, resume)`: see `TARGETS`.
 """
 
 from __future__ import annotations
@@ -124,6 +124,8 @@ class Handles:
     trigger: Trigger
     ran: dict[str, int] = field(default_factory=dict)
     """Tool runs of the integration targets, per key."""
+    asked: dict[str, str] = field(default_factory=dict)
+    """The LangGraph target's interrupt id, per key."""
 
     @property
     def coordinator(self) -> berth.aio.Coordinator:
@@ -230,6 +232,39 @@ def _integration(module: str, sync: bool) -> Target:
     return Target(park, resume)
 
 
+def _langgraph(sync_saver: bool) -> Target:
+    """A one-node graph stopped on `interrupt()`, resumed with `berth.langgraph.aresume_once({id: answer})`."""
+
+    class Ran:
+        def __init__(self, h: Handles, key: str):
+            self.h, self.key = h, key
+
+        def append(self, verdict: Any) -> None:  # the node's side effect, after its interrupt()
+            self.h.ran[self.key] = self.h.ran.get(self.key, 0) + 1
+
+    def graph(h: Handles, key: str) -> Any:
+        from berth.langgraph import AsyncBerthSaver, BerthSaver
+        from tests.test_langgraph import _approval_graph
+
+        saver = BerthSaver(h.store.sync) if sync_saver else AsyncBerthSaver(h.store)
+        return _approval_graph(saver, Ran(h, key))  # type: ignore[arg-type]
+
+    async def park(h: Handles, key: str) -> None:
+        paused = await graph(h, key).ainvoke({"action": key}, {"configurable": {"thread_id": key}})
+        h.asked[key] = paused["__interrupt__"][0].id
+
+    async def resume(h: Handles, key: str) -> bool:
+        from berth.langgraph import aresume_once
+
+        before = h.ran.get(key, 0)
+        out = await aresume_once(graph(h, key), {"configurable": {"thread_id": key}}, {h.asked[key]: "approve"})
+        resumed = out is not None
+        assert h.ran.get(key, 0) == before + resumed, "the node runs once per resume that returns its output"
+        return resumed
+
+    return Target(park, resume)
+
+
 TARGETS: dict[str, Callable[[], Target]] = {
     "claim": lambda: Target(park_run, claim),
     "wake": lambda: Target(park_asked, wake),
@@ -237,6 +272,8 @@ TARGETS: dict[str, Callable[[], Target]] = {
     "openai_agents.wake (sync stores)": lambda: _integration("openai_agents", sync=True),
     "pydantic_ai.wake": lambda: _integration("pydantic_ai", sync=False),
     "pydantic_ai.wake (sync stores)": lambda: _integration("pydantic_ai", sync=True),
+    "langgraph.aresume_once": lambda: _langgraph(sync_saver=False),
+    "langgraph.aresume_once (BerthSaver)": lambda: _langgraph(sync_saver=True),
 }
 
 
@@ -244,7 +281,7 @@ def available(name: str) -> bool:
     """Whether target `name`'s framework is installed."""
     import importlib.util
 
-    module = {"openai": "agents", "pydant": "pydantic_ai"}.get(name[:6])
+    module = {"openai": "agents", "pydant": "pydantic_ai", "langgr": "langgraph"}.get(name[:6])
     return module is None or importlib.util.find_spec(module) is not None
 
 
