@@ -74,7 +74,9 @@ def page(browser: Any) -> Iterator[Any]:
 
 def expected(message: str) -> bool:
     """The console line a browser logs for a page served with a refusal status the test asked for."""
-    return message.startswith("Failed to load resource") and any(f"status of {s}" in message for s in (400, 401, 409))
+    return message.startswith("Failed to load resource") and any(
+        f"status of {s}" in message for s in (400, 401, 403, 409)
+    )
 
 
 def login(page: Any, server: Server, token: str = ALICE, path: str = "/") -> None:
@@ -434,3 +436,26 @@ def test_an_edit_that_is_not_json_records_nothing_and_says_why(page: Any, inbox:
     notice.wait_for()
     assert "amount is not valid JSON" in notice.inner_text() and "Nothing was recorded" in notice.inner_text()
     assert inbox.questions[IDENTITY].answer(key) is None
+
+
+def test_an_answer_from_a_page_older_than_the_session_is_filled_in_again(page: Any, inbox: Server, park: Park) -> None:
+    key, q = park("stale", "Rotate the deploy key?")
+    login(page, inbox)
+    page.goto(inbox.url + f"/?prefix={park.prefix}")
+    page.evaluate("window.berthInbox.pause()")  # this tab does not look while the session changes
+    c = card(page, key)
+    c.locator("textarea").fill("yes, tonight")
+    sid = next(c["value"] for c in page.context.cookies() if c["name"] == "berth_session")
+    inbox.auth.logout(sid)  # a restart ...
+    other = page.context.new_page()  # ... and a login in another tab: a new session, a new CSRF token
+    login(other, inbox)
+    other.close()
+    c.locator("button[value=respond]").click()
+    notice = page.locator("#notice.error")
+    notice.wait_for()
+    assert "earlier session" in notice.inner_text() and "filled in again below" in notice.inner_text()
+    assert inbox.questions[IDENTITY].answer(key) is None
+    card(page, key).locator("button[value=respond]").click()
+    page.wait_for_selector(".notice.ok")
+    stored = inbox.questions[IDENTITY].answer(key)
+    assert stored is not None and stored.text == "yes, tonight" and stored.question_id == q.id

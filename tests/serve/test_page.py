@@ -52,3 +52,19 @@ def test_error_pages_lead_back_to_the_inbox(inbox: Server) -> None:
             assert r.headers["content-type"].startswith("text/html") and 'href="/" id="back"' in r.text, path
         api = client.get("/api/no-such-thing")
         assert api.status_code == 404 and api.headers["content-type"] == "application/json"
+
+
+def test_an_answer_from_a_page_older_than_the_session_leads_back_saying_it_was_not_recorded(
+    inbox: Server, park: Park
+) -> None:
+    key, q = park("stale", "Ship it?")
+    with closing(logged_in(inbox)) as client:
+        page = client.get("/", params={"prefix": park.prefix})
+        inbox.auth.logout(client.cookies["berth_session"])
+        again = client.get("/login")
+        assert client.post("/login", data={"token": ALICE, "csrf": csrf_of(again.text)}).status_code == 303
+        form = {"identity": IDENTITY, "key": key, "question_id": q.id, "text": "yes", "choice": "respond"}
+        r = client.post("/answer", data={**form, "csrf": csrf_of(page.text)})  # the old page's token
+        assert r.status_code == 403  # refused, and the page says why and leads on: not a bare 403
+        assert "earlier session" in r.text and "data-lost" in r.text and 'id="live"' in r.text
+        assert inbox.questions[IDENTITY].answer(key) is None

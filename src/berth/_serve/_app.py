@@ -69,6 +69,7 @@ MAX_SMALL_BODY = 16 << 10  # the login and logout forms
 SMALL_BODIES = ("/login", "/logout")
 MAX_EDITED_ARGUMENTS = 1000
 LOST = "Your session ended before your answer arrived, so nothing was recorded."
+STALE = "That page was from an earlier session (you logged in again since), so nothing was recorded."
 
 log = logging.getLogger("berth.serve")
 
@@ -358,7 +359,13 @@ def create_app(
         if done and same_token(request.query_params.get("mac"), done_mac(person, done)):
             context["notice"] = {"kind": "ok", "text": f"Answered {done} as {person}.", "card": None}
         elif request.query_params.get("lost"):
-            context["notice"] = {"kind": "error", "text": LOST, "card": None, "lost": True}
+            lost = "stale" if request.query_params.get("lost") == "stale" else "session"
+            context["notice"] = {
+                "kind": "error",
+                "text": STALE if lost == "stale" else LOST,
+                "card": None,
+                "lost": lost,
+            }
         return with_csrf_cookie(request, render("inbox.html", **context), csrf)
 
     async def fragment(request: Request) -> Response:
@@ -379,7 +386,14 @@ def create_app(
     async def answer_form(request: Request) -> Response:
         person, known = page_person(request)
         csrf = csrf_for(request, known)
-        form = await form_checked(request, known or request.cookies.get(CSRF_COOKIE) or "")
+        try:
+            form = await form_checked(request, known or request.cookies.get(CSRF_COOKIE) or "")
+        except _Http as exc:  # a page older than this session (logged in again meanwhile): say so, keep the draft
+            if exc.status != 403 or not known:
+                raise
+            context = await page_context(request, person, csrf)
+            context["notice"] = {"kind": "error", "text": STALE, "card": None, "lost": "stale"}
+            return with_csrf_cookie(request, render("inbox.html", status=403, **context), csrf)
         identity = str(form.get("identity", ""))
         key = str(form.get("key", ""))
         question_id = str(form.get("question_id", ""))

@@ -180,8 +180,9 @@
     var card = draft.card && document.getElementById(draft.card);
     var form = card && card.querySelector(draft.edit ? "form.edit-form" : "form.answer");
     var same = form && form.querySelector("input[name=question_id]").value === draft.question;
-    if (!card && draft.search && window.location.search !== draft.search + "&lost=1") {
-      window.location.replace("/" + (draft.search || "?") + "&lost=1");  // the view the answer was typed in
+    var lost = notice.getAttribute("data-lost") === "stale" ? "stale" : "1";
+    if (!card && draft.search && window.location.search !== draft.search + "&lost=" + lost) {
+      window.location.replace("/" + (draft.search || "?") + "&lost=" + lost);  // the view the answer was typed in
       return;
     }
     var note = document.createElement("p");
