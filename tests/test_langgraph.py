@@ -947,3 +947,34 @@ def test_list_reads_what_it_returns_with_before_filter_and_without_a_namespace()
     assert [t.metadata["step"] for t in saver.list(only)] == [7]
     assert list(saver.list(only, before={"configurable": {"checkpoint_id": ids[7]}})) == []
     assert [t.metadata["step"] for t in saver.list(only, before={"configurable": {"checkpoint_id": ids[8]}})] == [7]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_claim_that_fails_before_the_graph_runs_hands_the_interrupt_back(
+    flavour: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from berth.langgraph import _SyncIO, aresume_once, resume_once
+
+    url, sealer = f"sqlite:///{tmp_path}/b.db", _sealer()
+    ran: list[Any] = []
+    config = {"configurable": {"thread_id": "t1"}}
+    store = berth.open_store(url, identity="ops", sealer=sealer)
+    graph = _approval_graph(BerthSaver(store), ran)
+    (asked,) = graph.invoke({"action": "deploy"}, config)["__interrupt__"]
+
+    def down(self: Any, key: str, question_id: str) -> None:
+        self.questions.consume(key, question_id)  # it took the question, then the backend failed
+        raise berth.BackendError("the backend went away", identity="ops", key=key)
+
+    monkeypatch.setattr(_SyncIO, "consume", down)
+    with pytest.raises(berth.BackendError):
+        if flavour == "sync":
+            resume_once(graph, config, {asked.id: "approve"})
+        else:
+            asyncio.run(aresume_once(graph, config, {asked.id: "approve"}))
+    monkeypatch.undo()
+    kinds = {listing.key.split("/")[3] for listing in store.list("langgraph/t1/")}
+    assert ran == [] and kinds == {"c"}  # no claim record, no lease left
+    questions = berth.open_questions(url, identity="ops", sealer=sealer)
+    assert [q.id for q, _ in questions.list("langgraph/t1/")] == [asked.id]  # asked again
+    assert resume_once(graph, config, {asked.id: "approve"}) is not None and ran == ["approve"]

@@ -371,17 +371,17 @@ def _is_resume_map(value: Any) -> bool:
 class _Claim:
     """What one resumer has won so far, recorded step by step, so that what it took can be handed back.
 
-    `resume` maps each interrupt id won to its answer, `tokens` to its claim record's token;
-    `consumed` lists the ids whose question was consumed; `lease_token` is the checkpoint's
-    run lease once held. A cancelled or failed resume hands back exactly these (`_unclaim`).
+    `resume` maps each interrupt id won to its answer, `tokens` to its claim record's token,
+    `prompts` to the interrupt's value (its question, asked again if handed back); `lease_token`
+    is the checkpoint's run lease once held. A failed claim hands back exactly these (`_unclaim`);
+    a cancelled one, its commits' undos (`berth._plan.commit`).
     """
 
-    __slots__ = ("consumed", "due", "lease_key", "lease_token", "prompts", "resume", "tokens", "where")
+    __slots__ = ("due", "lease_key", "lease_token", "prompts", "resume", "tokens", "where")
 
     def __init__(self) -> None:
         self.resume: dict[str, Any] = {}
         self.tokens: dict[str, Token] = {}
-        self.consumed: list[str] = []
         self.prompts: dict[str, Any] = {}  # each interrupt's value, asked again if the resume is handed back
         self.where: tuple[str, str, str] = ("", "", "")
         self.due: datetime | None = None
@@ -868,7 +868,6 @@ class _SaverCore(BaseCheckpointSaver[Any]):
         for iid in list(won.resume):
             ask = functools.partial(self._ask_again, won, iid)  # cancelled later: the question is back first
             yield commit(call("io", "consume", self._question_key(thread, ns, cid, iid), iid), undo=ask)
-            won.consumed.append(iid)
         if won.resume:
             yield from self._lease(won)
         return won
@@ -952,14 +951,13 @@ class _SaverCore(BaseCheckpointSaver[Any]):
     def _unclaim(self, won: _Claim) -> Plan[None]:
         """Hand back what `won` took (a claim that failed before the graph ran): the interrupts are resumable again.
 
-        Each question consumed is asked again first, then the claim record is deleted (with the
-        token it was written with), then the run lease released.
+        Each interrupt's question is asked again first (kept if still pending), then its claim
+        record is deleted (with the token it was written with), then the run lease released.
         """
         thread, ns, cid = won.where
         for iid in list(won.tokens):
-            if iid in won.consumed:
-                yield from self._ask_again(won, iid)
-                won.consumed.remove(iid)
+            # asked again whether or not its consume got that far (a question still pending is kept)
+            yield from self._ask_again(won, iid)
             yield call("io", "delete", self._claim_key(thread, ns, cid, iid), won.tokens.pop(iid))
             won.resume.pop(iid, None)
         yield from self._release(won)
