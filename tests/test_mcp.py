@@ -30,6 +30,7 @@ from mcp_types import (  # noqa: E402
     ElicitRequestFormParams,
     ElicitResult,
     InputRequiredResult,
+    InputResponses,
     TextContent,
 )
 
@@ -175,7 +176,14 @@ ASK = {
         params=ElicitRequestFormParams(message="deploy?", requested_schema={"type": "object", "properties": {}})
     )
 }
-YES = {"approve": ElicitResult(action="accept", content={})}
+YES: InputResponses = {"approve": ElicitResult(action="accept", content={})}
+
+
+async def _retry(client: Client, name: str, args: dict[str, Any], state: str | None) -> Any:
+    """Round two: the same call, carrying the answers and the request state."""
+    return await client.session.call_tool(
+        name, args, allow_input_required=True, input_responses=YES, request_state=state
+    )
 
 
 def _astore(url: str, clock: Any = None) -> berth.aio.AsyncStore:
@@ -212,6 +220,11 @@ def _server(codec: Any, rounds: berth.mcp.Rounds, ran: Counter[str], *, gate: as
         return await rounds.finish(ctx.request_state, go)
 
     return server
+
+
+def _state(result: Any) -> str:
+    assert isinstance(result, InputRequiredResult) and result.request_state, result
+    return result.request_state
 
 
 def _text(result: Any) -> str:
@@ -268,24 +281,15 @@ def test_each_round_runs_once_across_two_instances_with_every_retry_sent_twice(u
                 *(rng.choice(clients).session.call_tool("deploy", {"env": e}, allow_input_required=True) for e in envs)
             )
             assert all(isinstance(f, InputRequiredResult) and f.request_state for f in firsts)
-            retries = [(e, f.request_state) for e, f in zip(envs, firsts, strict=True) for _ in range(2)]
+            retries = [(e, _state(f)) for e, f in zip(envs, firsts, strict=True) for _ in range(2)]
             rng.shuffle(retries)
-            results = await asyncio.gather(
-                *(
-                    rng.choice(clients).session.call_tool(
-                        "deploy", {"env": e}, allow_input_required=True, input_responses=YES, request_state=s
-                    )
-                    for e, s in retries
-                )
-            )
+            results = await asyncio.gather(*(_retry(rng.choice(clients), "deploy", {"env": e}, s) for e, s in retries))
             for (e, _), r in zip(retries, results, strict=True):
                 assert _text(r) == f"deployed {e} (asked about {e})"
             assert ran == Counter({e: 1 for e in envs})
             # a replay long after, on either instance, gets the same result and runs nothing
             e, s = retries[0]
-            again = await cb.session.call_tool(
-                "deploy", {"env": e}, allow_input_required=True, input_responses=YES, request_state=s
-            )
+            again = await _retry(cb, "deploy", {"env": e}, s)
             assert _text(again) == f"deployed {e} (asked about {e})" and ran[e] == 1
 
     asyncio.run(main())
@@ -300,12 +304,7 @@ def test_a_json_result_replays_as_the_same_json() -> None:
         ):
             first = await client.session.call_tool("count", {"n": 3}, allow_input_required=True)
             assert isinstance(first, InputRequiredResult)
-            again = [
-                await client.session.call_tool(
-                    "count", {"n": 3}, allow_input_required=True, input_responses=YES, request_state=first.request_state
-                )
-                for _ in range(3)
-            ]
+            again = [await _retry(client, "count", {"n": 3}, first.request_state) for _ in range(3)]
             assert all(isinstance(r, CallToolResult) and r.structured_content == {"n": 3, "times": 1} for r in again)
             assert ran["count3"] == 1
 
@@ -324,17 +323,16 @@ def test_a_token_for_another_tool_or_arguments_or_server_is_refused_with_the_sdk
                 first = await client.session.call_tool("deploy", {"env": "prod"}, allow_input_required=True)
                 assert isinstance(first, InputRequiredResult) and first.request_state
                 token = first.request_state
-                for name, args, state, via in [
+                cases: list[tuple[str, dict[str, Any], str, Client]] = [
                     ("deploy", {"env": "dev"}, token, client),  # other arguments
                     ("count", {"n": 1}, token, client),  # another tool
                     ("deploy", {"env": "prod"}, token, stranger),  # another server, same keys
                     ("deploy", {"env": "prod"}, _flip(token, len(token) // 2), client),  # tampered
                     ("deploy", {"env": "prod"}, token[:-8], client),  # truncated
-                ]:
+                ]
+                for name, args, state, via in cases:
                     with pytest.raises(MCPError, match="Invalid or expired requestState"):
-                        await via.session.call_tool(
-                            name, args, allow_input_required=True, input_responses=YES, request_state=state
-                        )
+                        await _retry(via, name, args, state)
                 assert ran == Counter()
 
     asyncio.run(main())
@@ -352,9 +350,7 @@ def test_a_round_past_its_deadline_is_refused_and_never_runs() -> None:
                 assert isinstance(first, InputRequiredResult) and first.request_state
                 state = first.request_state
                 now[0] += timedelta(hours=1, seconds=1)
-                result = await client.session.call_tool(
-                    "deploy", {"env": "prod"}, allow_input_required=True, input_responses=YES, request_state=state
-                )
+                result = await _retry(client, "deploy", {"env": "prod"}, state)
                 assert isinstance(result, CallToolResult) and result.is_error
                 assert "expired" in _error(result)
                 assert ran == Counter()
@@ -362,10 +358,10 @@ def test_a_round_past_its_deadline_is_refused_and_never_runs() -> None:
                 now[0] = datetime(2026, 1, 1, tzinfo=UTC)
                 first = await client.session.call_tool("deploy", {"env": "x"}, allow_input_required=True)
                 assert isinstance(first, InputRequiredResult)
-                args = {"allow_input_required": True, "input_responses": YES, "request_state": first.request_state}
-                assert _text(await client.session.call_tool("deploy", {"env": "x"}, **args)).startswith("deployed")
+                state = first.request_state
+                assert _text(await _retry(client, "deploy", {"env": "x"}, state)).startswith("deployed")
                 now[0] += timedelta(hours=2)
-                late = await client.session.call_tool("deploy", {"env": "x"}, **args)
+                late = await _retry(client, "deploy", {"env": "x"}, state)
                 assert isinstance(late, CallToolResult) and late.is_error and "expired" in _error(late)
 
     asyncio.run(main())
@@ -424,9 +420,9 @@ def test_a_retry_while_the_first_is_still_running_waits_for_its_result() -> None
             async with Client(_server(_aes(audience="deployer"), rounds, ran, gate=gate)) as client:
                 first = await client.session.call_tool("deploy", {"env": "prod"}, allow_input_required=True)
                 assert isinstance(first, InputRequiredResult)
-                args = {"allow_input_required": True, "input_responses": YES, "request_state": first.request_state}
-                one = asyncio.ensure_future(client.session.call_tool("deploy", {"env": "prod"}, **args))
-                two = asyncio.ensure_future(client.session.call_tool("deploy", {"env": "prod"}, **args))
+                state = first.request_state
+                one = asyncio.ensure_future(_retry(client, "deploy", {"env": "prod"}, state))
+                two = asyncio.ensure_future(_retry(client, "deploy", {"env": "prod"}, state))
                 while ran["prod"] == 0:
                     await asyncio.sleep(0)
                 assert not one.done() and not two.done()
