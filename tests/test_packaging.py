@@ -46,13 +46,14 @@ EXTRA_PROVIDES = {
     "openai-agents": ["agents"],  # berth.openai_agents imports the SDK when it parks or resumes
     "pydantic-ai": ["pydantic_ai"],
     "langgraph": ["berth.langgraph"],
+    "a2a": ["berth.a2a"],
 }
 # the extras that `berth[all]` names
 ALL = re.fullmatch(r"berth\[([\w,-]+)\]", PYPROJECT["project"]["optional-dependencies"]["all"][0]).group(1).split(",")
 DEV_EXTRAS = {"all", "test", "docs", "bench"}  # not for users at run time
 CLIENTS = [
     *("boto3", "botocore", "psycopg", "redis", "google.cloud.storage", "google.cloud.kms_v1"),
-    *("starlette", "uvicorn", "jinja2", "agents", "pydantic_ai", "langgraph"),
+    *("starlette", "uvicorn", "jinja2", "agents", "pydantic_ai", "langgraph", "a2a"),
 ]
 # one environment per extra, plus none and all; `berth demo` runs where users first meet it, without extras
 VARIANTS = ["", *EXTRA_PROVIDES, "all"]
