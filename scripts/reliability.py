@@ -67,6 +67,7 @@ SCENARIOS = [
     "hostile",
     "answers",
     "cancel",
+    "a2a",
 ]
 NETWORK = ["postgresql", "redis", "s3", "gcs"]
 UNRECORDED = "-"  # the commit of a row measured before rows named theirs (its run line above may name it)
@@ -84,6 +85,7 @@ TITLES = {
     "hostile": "hostile: attacks at the seams (issue 12)",
     "answers": test_answers.TITLE,
     "cancel": "cancel: every await point of claim, wake and the integrations' wakes",
+    "a2a": "a2a: concurrent updates of one task from 8 workers, each its own store (berth.a2a)",
 }
 LONG = {
     "fuzz": 110_000,
@@ -102,6 +104,7 @@ LONG = {
     "hostile-kms": 40,
     "answers": 200,
     "cancel": 12,
+    "a2a": 1000,
 }
 QUICK = {
     "fuzz": 420,
@@ -120,6 +123,7 @@ QUICK = {
     "hostile-kms": 2,
     "answers": 10,
     "cancel": 1,
+    "a2a": 50,
 }
 
 
@@ -273,6 +277,16 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
                 backend,
                 lambda b=backend, u=url: test_cancel.run_cancel(b, u, sweeps=n["cancel"], budget=3600),
             )
+    if "a2a" in args.only and importlib.util.find_spec("a2a"):
+        for backend in [b for b in ("memory", "sqlite", "postgresql", "redis") if b in args.backends]:
+            address = addresses.get(backend, "")
+            if backend in NETWORK and (not address or not _backend_present(backend)):
+                yield "a2a", backend, lambda: None
+                continue
+            (work / f"a2a-{backend}").mkdir()
+            url = test_cancel.url_for(backend, work / f"a2a-{backend}", address=address)
+            url = f"memory://a2a-{os.getpid()}" if backend == "memory" else url  # one bucket the 8 stores share
+            yield "a2a", backend, lambda b=backend, u=url: _a2a_updates(b, u, n["a2a"])
     if "server-crash" in args.only:
         for backend, cls in (("postgresql", test_faults.PrivatePostgres), ("redis", test_faults.PrivateRedis)):
             if backend not in args.backends:
@@ -281,6 +295,21 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
                 yield "server-crash", backend, lambda: None
                 continue
             yield "server-crash", backend, lambda c=cls: _server_crash(c, n["server-crash"])
+
+
+def _a2a_updates(backend: str, url: str, updates: int) -> Result:
+    """`updates` appends to one A2A task from 8 workers: every one kept once, every loser told (tests/test_a2a.py)."""
+    from tests import test_a2a
+
+    result = Result(TITLES["a2a"], backend)
+    started = time.monotonic()
+    written, kept, conflicts = test_a2a.concurrent_updates(url, workers=8, updates=updates)
+    result.seconds = time.monotonic() - started
+    result.trials = updates
+    if kept != updates or written != updates:
+        result.fail(f"{updates} updates: {written} in the task, {kept} distinct")
+    result.notes.append(f"{conflicts:,} conflicts told to losers (ConcurrentTaskModificationError), each retried")
+    return result
 
 
 def _races_witness(
@@ -444,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     commit = measured_commit(ROOT, generated=["docs/reliability.md"])
     rows: list[Result] = []
-    served = {"races", "races-witness", "faults", "hostile", "cancel"}  # the scenarios that run on the servers
+    served = {"races", "races-witness", "faults", "hostile", "cancel", "a2a"}  # the scenarios that run on the servers
     wanted = [b for b in NETWORK if b in args.backends and served & set(args.only)]
     with servers(wanted) as addresses:
         for scenario, backend, thunk in plan(args, addresses):

@@ -164,16 +164,17 @@ def test_the_loser_of_a_concurrent_update_is_told_and_nothing_is_lost(url: str) 
     run(url, body)
 
 
-def test_concurrent_updates_from_eight_workers_lose_none() -> None:
-    assert concurrent_updates("memory://a2a-race", workers=8, updates=80) == (80, 80)
+def test_concurrent_updates_from_eight_workers_lose_none(url: str) -> None:
+    written, kept, conflicts = concurrent_updates(url, workers=8, updates=48)
+    assert (written, kept) == (48, 48) and conflicts > 0  # the race was real, and every loser was told
 
 
-async def _update_once(store: BerthTaskStore, label: str) -> int:
-    """Append one message to t-1, retrying until this worker's update is the one written; returns conflicts."""
+async def _update_once(store: BerthTaskStore, task_id: str, label: str) -> int:
+    """Append one message to the task, retrying until this worker's update is the one written; returns conflicts."""
     conflicts = 0
     while True:
         c = ctx()
-        current = await store.get("t-1", c)
+        current = await store.get(task_id, c)
         assert current is not None
         current.history.append(note(label))
         try:
@@ -183,24 +184,33 @@ async def _update_once(store: BerthTaskStore, label: str) -> int:
             conflicts += 1
 
 
-def concurrent_updates(url: str, *, workers: int, updates: int) -> tuple[int, int]:
-    """`updates` appends to one task from `workers` workers: returns (appends written, distinct ones kept)."""
+def concurrent_updates(url: str, *, workers: int, updates: int) -> tuple[int, int, int]:
+    """`updates` appends to one task from `workers` workers, each over a store of its own (a replica).
 
-    async def body(store: BerthTaskStore, clock: Clock) -> tuple[int, int]:
-        await store.save(task("t-1"), ctx())
-        queue = iter(range(updates))
+    Returns the appends the final task holds, how many of them are distinct, and the conflicts the losers were told.
+    """
+    task_id, sealer = f"t-{uuid.uuid4().hex}", berth.AesGcmSealer(KEYRING)
 
-        async def worker() -> None:
-            for i in queue:
-                await _update_once(store, f"update-{i}")
+    async def main() -> tuple[int, int, int]:
+        stores = [berth.aio.open_store(url, identity="helpdesk", sealer=sealer) for _ in range(workers)]
+        try:
+            first = BerthTaskStore(stores[0])
+            await first.save(task(task_id), ctx())
+            queue = iter(range(updates))
 
-        await asyncio.gather(*(worker() for _ in range(workers)))
-        final = await store.get("t-1", ctx())
-        assert final is not None
-        texts = [m.parts[0].text for m in final.history]
-        return len(texts), len(set(texts))
+            async def worker(store: BerthTaskStore) -> int:
+                return sum([await _update_once(store, task_id, f"update-{i}") for i in queue])
 
-    return run(url, body)
+            told = await asyncio.gather(*(worker(BerthTaskStore(s)) for s in stores))
+            final = await first.get(task_id, ctx())
+            assert final is not None
+            texts = [m.parts[0].text for m in final.history]
+            return len(texts), len(set(texts)), sum(told)
+        finally:
+            for s in stores:
+                await s.aclose()
+
+    return asyncio.run(main())
 
 
 def test_input_required_fails_closed_at_its_deadline(url: str) -> None:
