@@ -79,3 +79,12 @@ def test_langgraph_approval_rejected_never_runs_the_tool() -> None:
     out = run_example("langgraph_approval.py", "--answer", "reject: it holds payroll records")
     assert len(re.findall(r"^resumer: resumer-\d: rejected: it holds payroll records$", out, re.M)) == 1
     assert "summary: 1 resume of 4 resumers; the tool ran 0 time(s)" in out
+
+
+def test_a2a_approval_parks_the_task_and_a_new_server_completes_it_once() -> None:
+    out = run_example("a2a_approval.py")
+    assert re.search(r"^server A: task \S+ is TASK_STATE_INPUT_REQUIRED: waiting for a maintainer$", out, re.M)
+    assert "as alice (approve)" in out
+    assert re.search(r"^server B: task \S+ is TASK_STATE_COMPLETED: deleted acme/old \(alice approved\)$", out, re.M)
+    assert "server C: refused: " in out
+    assert "summary: task TASK_STATE_COMPLETED once; the tool ran 1 time(s)" in out
