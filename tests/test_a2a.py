@@ -46,7 +46,7 @@ def ctx(name: str = "alice") -> ServerCallContext:
     return ServerCallContext(user=Person(name))
 
 
-def task(task_id: str = "t-1", state: int = TaskState.TASK_STATE_WORKING, *, context_id: str = "c-1") -> Task:
+def task(task_id: str = "t-1", state: Any = TaskState.TASK_STATE_WORKING, *, context_id: str = "c-1") -> Task:
     t = Task(id=task_id, context_id=context_id, status=TaskStatus(state=state))
     t.status.timestamp.FromDatetime(T0)
     return t
@@ -247,7 +247,8 @@ def test_tampered_moved_and_planted_tasks_are_refused(url: str) -> None:
     assert keys == ["a2a/tasks/alice/t-1"]
     backend = raw.backend
     name = raw.core.name(keys[0])
-    frame, _ = backend.get(name)
+    stored, _ = backend.get(name)
+    frame = bytes(stored)
     # moved: alice's frame copied under mallory's key (and under another task id)
     for other in ("a2a/tasks/mallory/t-1", "a2a/tasks/alice/t-9"):
         backend.put(raw.core.name(other), frame)
