@@ -47,6 +47,7 @@ from tests.reliability import (  # noqa: E402
     test_fuzz,
     test_hostile,
     test_leaks,
+    test_mcp_rounds,
     test_races,
     test_tamper,
 )
@@ -68,6 +69,7 @@ SCENARIOS = [
     "answers",
     "cancel",
     "a2a",
+    "mcp-rounds",
 ]
 NETWORK = ["postgresql", "redis", "s3", "gcs"]
 UNRECORDED = "-"  # the commit of a row measured before rows named theirs (its run line above may name it)
@@ -86,6 +88,7 @@ TITLES = {
     "answers": test_answers.TITLE,
     "cancel": "cancel: every await point of claim, wake and the integrations' wakes",
     "a2a": "a2a: concurrent updates of one task from 8 workers, each its own store (berth.a2a)",
+    "mcp-rounds": test_mcp_rounds.TITLE,
 }
 LONG = {
     "fuzz": 110_000,
@@ -105,6 +108,7 @@ LONG = {
     "answers": 200,
     "cancel": 12,
     "a2a": 1000,
+    "mcp-rounds": 200,
 }
 QUICK = {
     "fuzz": 420,
@@ -124,6 +128,7 @@ QUICK = {
     "answers": 10,
     "cancel": 1,
     "a2a": 50,
+    "mcp-rounds": 20,
 }
 
 
@@ -287,6 +292,21 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
             url = test_cancel.url_for(backend, work / f"a2a-{backend}", address=address)
             url = f"memory://a2a-{os.getpid()}" if backend == "memory" else url  # one bucket the 8 stores share
             yield "a2a", backend, lambda b=backend, u=url: _a2a_updates(b, u, n["a2a"])
+    if "mcp-rounds" in args.only and importlib.util.find_spec("mcp"):
+        for backend in [b for b in ("sqlite", "postgresql", "redis") if b in args.backends]:
+            address = addresses.get(backend, "")
+            if backend in NETWORK and (not address or not _backend_present(backend)):
+                yield "mcp-rounds", backend, lambda: None
+                continue
+            (work / f"mcp-{backend}").mkdir()
+            url = test_cancel.url_for(backend, work / f"mcp-{backend}", address=address)
+            yield (
+                "mcp-rounds",
+                backend,
+                lambda b=backend, u=url: test_mcp_rounds.run_mcp_rounds(
+                    n["mcp-rounds"], work / f"mcp-work-{b}", url=u, backend=b
+                ),
+            )
     if "server-crash" in args.only:
         for backend, cls in (("postgresql", test_faults.PrivatePostgres), ("redis", test_faults.PrivateRedis)):
             if backend not in args.backends:
@@ -473,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     commit = measured_commit(ROOT, generated=["docs/reliability.md"])
     rows: list[Result] = []
-    served = {"races", "races-witness", "faults", "hostile", "cancel", "a2a"}  # the scenarios that run on the servers
+    # the scenarios that run on the servers
+    served = {"races", "races-witness", "faults", "hostile", "cancel", "a2a", "mcp-rounds"}
     wanted = [b for b in NETWORK if b in args.backends and served & set(args.only)]
     with servers(wanted) as addresses:
         for scenario, backend, thunk in plan(args, addresses):
