@@ -21,9 +21,19 @@ pytest.importorskip("a2a", reason="berth.a2a needs the a2a extra")
 
 from a2a.auth.user import User  # noqa: E402
 from a2a.server.context import ServerCallContext  # noqa: E402
-from a2a.types.a2a_pb2 import ListTasksRequest, Message, Part, Role, Task, TaskState, TaskStatus  # noqa: E402
+from a2a.types.a2a_pb2 import (  # noqa: E402
+    AuthenticationInfo,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatus,
+)
 
-from berth.a2a import BerthTaskStore, ConcurrentTaskModificationError  # noqa: E402
+from berth.a2a import BerthPushNotificationConfigStore, BerthTaskStore, ConcurrentTaskModificationError  # noqa: E402
 
 KEYRING = berth.Keyring.generate()
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
@@ -321,3 +331,65 @@ def test_bad_arguments_are_refused_before_any_io() -> None:
 def test_import_berth_does_not_import_a2a() -> None:
     code = "import sys, berth, berth.aio; assert not any(m == 'a2a' or m.startswith('a2a.') for m in sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def hook(config_id: str = "", url: str = "https://hooks.example/a2a") -> TaskPushNotificationConfig:
+    auth = AuthenticationInfo(scheme="Bearer", credentials="s3cret-hook-token")
+    return TaskPushNotificationConfig(id=config_id, url=url, token="tok", authentication=auth)
+
+
+def test_push_configs_round_trip_sealed_and_owner_bound(url: str) -> None:
+    async def body(astore: berth.aio.AsyncStore) -> None:
+        store = BerthPushNotificationConfigStore(astore)
+        given = hook()
+        stored = await store.set_info("t-1", given, ctx("alice"))
+        assert (stored.id, stored.task_id) == ("t-1", "t-1") and given.id == ""  # normalized copy, input untouched
+        await store.set_info("t-1", hook("second", "https://other.example/"), ctx("alice"))
+        await store.set_info("t-1", hook("second", "https://newer.example/"), ctx("alice"))  # same id: replaced
+        await store.set_info("t-1", hook("bobs"), ctx("bob"))
+        await store.set_info("t-2", hook("elsewhere"), ctx("alice"))
+        mine = await store.get_info("t-1", ctx("alice"))
+        assert sorted((c.id, c.url) for c in mine) == [("second", "https://newer.example/"), ("t-1", given.url)]
+        assert mine[0].authentication.credentials == "s3cret-hook-token"
+        assert [c.id for c in await store.get_info("t-1", ctx("bob"))] == ["bobs"]
+        assert sorted(c.id for c in await store.get_info_for_dispatch("t-1")) == ["bobs", "second", "t-1"]
+        await store.delete_info("t-1", ctx("bob"), "t-1")  # bob cannot delete alice's
+        await store.delete_info("t-1", ctx("alice"), "second")
+        assert [c.id for c in await store.get_info("t-1", ctx("alice"))] == ["t-1"]
+        await store.delete_info("t-1", ctx("alice"))
+        assert await store.get_info("t-1", ctx("alice")) == [] and len(await store.get_info_for_dispatch("t-1")) == 1
+        assert [c.id for c in await store.get_info("t-2", ctx("alice"))] == ["elsewhere"]
+
+    async def main() -> None:
+        async with berth.aio.open_store(url, identity="helpdesk", sealer=berth.AesGcmSealer(KEYRING)) as astore:
+            await body(astore)
+
+    asyncio.run(main())
+    raw = berth.open_store(url, identity="helpdesk", sealer=berth.AesGcmSealer(KEYRING))
+    for listing in raw.list("a2a/push/"):
+        assert b"s3cret-hook-token" not in bytes(raw.backend.get(raw.core.name(listing.key))[0])  # sealed at rest
+    raw.close()
+
+
+def test_a_moved_or_planted_push_config_is_refused() -> None:
+    url = f"memory://a2a-{uuid.uuid4().hex}"
+
+    async def main() -> None:
+        async with berth.aio.open_store(url, identity="helpdesk", sealer=berth.PlaintextSealer()) as astore:
+            store = BerthPushNotificationConfigStore(astore)
+            await store.set_info("t-1", hook("h"), ctx("alice"))
+            parked = await astore.load("a2a/push/t-1/alice/h")
+            assert parked is not None
+            await astore.save("a2a/push/t-1/mallory/h", parked.envelope)  # plaintext: the body names alice
+            with pytest.raises(berth.IntegrityError, match="another owner or config"):
+                await store.get_info("t-1", ctx("mallory"))
+            with pytest.raises(berth.IntegrityError):
+                await store.get_info_for_dispatch("t-1")
+            with pytest.raises(TypeError, match="berth.aio.AsyncStore"):
+                BerthPushNotificationConfigStore(astore.sync)  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="prefix"):
+                BerthPushNotificationConfigStore(astore, prefix="p")
+            with pytest.raises(ValueError, match="non-empty"):
+                await store.get_info("", ctx())
+
+    asyncio.run(main())

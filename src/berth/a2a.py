@@ -1,4 +1,4 @@
-"""An a2a-sdk `TaskStore` whose tasks are sealed berth frames (extra `a2a`).
+"""a2a-sdk stores whose tasks and push-notification configs are sealed berth frames (extra `a2a`).
 
     astore = berth.aio.open_store("sqlite:////var/lib/app/berth.db", identity="helpdesk", sealer=sealer)
     handler = DefaultRequestHandler(agent_executor=executor, task_store=berth.a2a.BerthTaskStore(astore), ...)
@@ -23,16 +23,20 @@ another key or owner, a planted plaintext frame and a flipped byte are refused w
   `TaskNotFoundError`), `list` leaves it out, a save over it is refused as a conflict. `berth
   sweep` removes it.
 
-Only `berth.aio.AsyncStore` is taken (the SDK's store interface is async). The SDK's
-push-notification config store is not provided yet.
+`BerthPushNotificationConfigStore(store)` keeps the SDK's push-notification configs (webhook URLs
+and the credentials sent to them) the same way: sealed, one frame per config, owner-bound.
+
+Only `berth.aio.AsyncStore` is taken (the SDK's store interfaces are async).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -46,8 +50,12 @@ try:
     from a2a.server.cluster.task_store import ConcurrentTaskModificationError
     from a2a.server.context import ServerCallContext
     from a2a.server.owner_resolver import OwnerResolver, resolve_user_scope
+    from a2a.server.tasks.push_notification_config_store import (
+        PushNotificationConfigStore,
+        normalize_push_notification_config,
+    )
     from a2a.server.tasks.task_store import TaskStore
-    from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task, TaskState
+    from a2a.types.a2a_pb2 import ListTasksRequest, ListTasksResponse, Task, TaskPushNotificationConfig, TaskState
     from a2a.utils.constants import DEFAULT_LIST_TASKS_PAGE_SIZE
     from a2a.utils.errors import InvalidParamsError
     from a2a.utils.task import ListTasksCursor, decode_list_tasks_cursor, encode_list_tasks_cursor
@@ -55,7 +63,13 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("berth.a2a needs a2a-sdk: pip install 'berth[a2a]'") from exc
 
-__all__ = ["DEFAULT_INPUT_DEADLINE", "PROVIDER", "BerthTaskStore", "ConcurrentTaskModificationError"]
+__all__ = [
+    "DEFAULT_INPUT_DEADLINE",
+    "PROVIDER",
+    "BerthPushNotificationConfigStore",
+    "BerthTaskStore",
+    "ConcurrentTaskModificationError",
+]
 
 PROVIDER = "a2a"
 """The envelope's `provider` for tasks parked by this module."""
@@ -65,6 +79,8 @@ DEFAULT_INPUT_DEADLINE = timedelta(days=14)
 
 WAITING = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
 """The states a task waits for a person in: the ones that carry a deadline."""
+
+T = TypeVar("T")
 
 _SAFE = re.compile(rb"[A-Za-z0-9\-_:@+=,.]")
 _SEGMENT_MAX = 180
@@ -146,29 +162,11 @@ class BerthTaskStore(TaskStore):
             labels={"a2a.state": TaskState.Name(task.status.state)},
         )
 
-    def _task(self, key: str, owner: str, task_id: str | None, parked: Parked) -> Task:
-        envelope = parked.envelope
-        try:
-            body = orjson.loads(envelope.provider_state)
-            bound = (envelope.provider, body["owner"]) == (PROVIDER, owner)
-            if task_id is not None:
-                bound = bound and body["task_id"] == task_id
-            task: Task = json_format.ParseDict(body["task"], Task())
-            bound = bound and task.id == body["task_id"]
-        except (orjson.JSONDecodeError, KeyError, TypeError, json_format.ParseError) as exc:
-            raise IntegrityError(
-                f"the frame is not an A2A task parked by berth.a2a ({where(self.store.identity, key)}): "
-                "refused; remove it with `berth rm`",
-                identity=self.store.identity,
-                key=key,
-            ) from exc
-        if not bound:
-            raise IntegrityError(
-                f"the A2A task parked here names another owner or task ({where(self.store.identity, key)}): "
-                "refused; remove it with `berth rm`",
-                identity=self.store.identity,
-                key=key,
-            )
+    def _task(self, key: str, parked: Parked) -> Task:
+        def key_of(body: dict[str, Any]) -> str:
+            return self._key(body["owner"], body["task"]["id"])
+
+        task: Task = _opened(self.store.identity, key, parked, "task", key_of, Task())
         return task
 
     def _deadline(self, task: Task, context: ServerCallContext, key: str) -> datetime | None:
@@ -235,7 +233,7 @@ class BerthTaskStore(TaskStore):
         if parked is None:
             self._forget(context, key)
             return None
-        task = self._task(key, owner, task_id, parked)
+        task = self._task(key, parked)
         self._remember(context, key, parked.token, parked.envelope)
         return task
 
@@ -252,7 +250,7 @@ class BerthTaskStore(TaskStore):
         keys = [listing.key async for listing in self.store.list(self._owner_prefix(owner))]
         now = self.store.now()
         tasks = [
-            self._task(key, owner, None, parked)
+            self._task(key, parked)
             for key, parked in zip(keys, await self.store.load_many(keys, allow_expired=True), strict=True)
             if parked is not None and (parked.envelope.deadline is None or parked.envelope.deadline >= now)
         ]
@@ -291,13 +289,143 @@ class BerthTaskStore(TaskStore):
             parked = await self.store.load(key, allow_expired=True)
             if parked is None:
                 return
-            self._task(key, owner, task_id, parked)
+            self._task(key, parked)
             seen = parked.token
         try:
             await self.store.delete(key, seen)
         except TokenMismatch as exc:
             raise self._conflict(task_id, exc) from exc
         self._forget(context, key)
+
+
+class BerthPushNotificationConfigStore(PushNotificationConfigStore):
+    """An a2a-sdk `PushNotificationConfigStore` over a `berth.aio.AsyncStore`: each config one sealed frame.
+
+    A config holds a webhook URL and the credentials the server presents to it, so it is sealed like a
+    task: one frame under ``a2a/push/<task id>/<owner>/<config id>``, bound to that key, the body naming
+    all three again. `get_info` and `delete_info` see the caller's own configs; `get_info_for_dispatch`
+    every owner's, for the SDK's dispatch path. A last save of one config id wins, as the SDK's stores.
+
+    Args:
+        store: where the configs are parked.
+        owner_resolver: how a call context names its owner (the SDK's default: the user's name).
+        prefix: the key prefix the configs live under; ends with ``/``.
+
+    Raises:
+        TypeError: `store` is not a `berth.aio.AsyncStore`.
+        ValueError: `prefix` does not end with ``/``.
+    """
+
+    def __init__(
+        self, store: AsyncStore, *, owner_resolver: OwnerResolver = resolve_user_scope, prefix: str = "a2a/push/"
+    ) -> None:
+        if not isinstance(store, AsyncStore):
+            raise TypeError(
+                "BerthPushNotificationConfigStore needs a berth.aio.AsyncStore (berth.aio.open_store), "
+                f"got {type(store).__name__}"
+            )
+        if not prefix.endswith("/"):
+            raise ValueError(f"prefix must end with '/', got {prefix!r}")
+        self.store = store
+        self.owner_resolver = owner_resolver
+        self.prefix = prefix
+
+    def _task_prefix(self, task_id: str) -> str:
+        if not task_id:
+            raise ValueError(f"an A2A task id must be a non-empty string ({where(self.store.identity)})")
+        return f"{self.prefix}{_segment(task_id)}/"
+
+    def _key(self, task_id: str, owner: str, config_id: str) -> str:
+        return f"{self._task_prefix(task_id)}{_segment(owner)}/{_segment(config_id)}"
+
+    async def _configs(self, prefix: str) -> list[tuple[str, Parked, TaskPushNotificationConfig]]:
+        keys = [listing.key async for listing in self.store.list(prefix)]
+        found = zip(keys, await self.store.load_many(keys), strict=True)
+        return [(key, parked, self._config(key, parked)) for key, parked in found if parked is not None]
+
+    def _config(self, key: str, parked: Parked) -> TaskPushNotificationConfig:
+        def key_of(body: dict[str, Any]) -> str:
+            return self._key(body["config"]["taskId"], body["owner"], body["config"]["id"])
+
+        config: TaskPushNotificationConfig = _opened(
+            self.store.identity, key, parked, "config", key_of, TaskPushNotificationConfig()
+        )
+        return config
+
+    async def set_info(
+        self, task_id: str, notification_config: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        """Seal and park the config (normalized as the SDK does) for the context's owner; returns what was stored.
+
+        Raises:
+            berth.BackendError: the storage failed.
+        """
+        owner = self.owner_resolver(context)
+        stored = normalize_push_notification_config(task_id, notification_config)
+        key = self._key(task_id, owner, stored.id)
+        body = {"owner": owner, "config": json_format.MessageToDict(stored)}
+        await self.store.save(key, Envelope(provider_state=orjson.dumps(body), provider=PROVIDER, run_id=task_id))
+        result = TaskPushNotificationConfig()
+        result.CopyFrom(stored)
+        return result
+
+    async def get_info(self, task_id: str, context: ServerCallContext) -> list[TaskPushNotificationConfig]:
+        """The context owner's configs for `task_id`.
+
+        Raises:
+            berth.IntegrityError: a config frame was tampered with, moved or planted.
+        """
+        owner = self.owner_resolver(context)
+        return [config for _, _, config in await self._configs(f"{self._task_prefix(task_id)}{_segment(owner)}/")]
+
+    async def get_info_for_dispatch(self, task_id: str) -> list[TaskPushNotificationConfig]:
+        """Every owner's configs for `task_id`: the SDK's dispatch path (authorization happened at `set_info`).
+
+        Raises:
+            berth.IntegrityError: a config frame was tampered with, moved or planted.
+        """
+        return [config for _, _, config in await self._configs(self._task_prefix(task_id))]
+
+    async def delete_info(self, task_id: str, context: ServerCallContext, config_id: str | None = None) -> None:
+        """Remove the context owner's config `config_id` for `task_id`, or all of them when it is None.
+
+        None there: nothing. A config re-saved by another call meanwhile stays: that newer version is not the
+        one the caller saw.
+        """
+        owner = self.owner_resolver(context)
+        for key, parked, config in await self._configs(f"{self._task_prefix(task_id)}{_segment(owner)}/"):
+            if config_id is None or config.id == config_id:
+                with contextlib.suppress(TokenMismatch):  # removed or re-saved by another call meanwhile
+                    await self.store.delete(key, parked.token)
+
+
+def _opened(identity: str, key: str, parked: Parked, what: str, key_of: Callable[[dict[str, Any]], str], into: T) -> T:
+    """The message `what` parked at `key`, once the body it was sealed with names that very key.
+
+    The seal binds the frame to its key; the body binds the key to the owner and the ids it names
+    (a key segment may be a hash), so a frame planted under the wrong key is refused even when the
+    store's sealer is plaintext.
+    """
+    envelope = parked.envelope
+    try:
+        body = orjson.loads(envelope.provider_state)
+        bound = envelope.provider == PROVIDER and key_of(body) == key
+        json_format.ParseDict(body[what], into)
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, json_format.ParseError) as exc:
+        raise IntegrityError(
+            f"the frame is not an A2A {what} parked by berth.a2a ({where(identity, key)}): "
+            "refused; remove it with `berth rm`",
+            identity=identity,
+            key=key,
+        ) from exc
+    if not bound:
+        raise IntegrityError(
+            f"the A2A {what} parked here names another owner or {what} ({where(identity, key)}): "
+            "refused; remove it with `berth rm`",
+            identity=identity,
+            key=key,
+        )
+    return into
 
 
 def _sort_key(task: Task) -> tuple[bool, int, str]:
