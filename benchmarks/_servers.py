@@ -106,7 +106,7 @@ class Servers:
     def _start_moto(self) -> None:
         aws_env()
         if importlib.util.find_spec("moto") is None:
-            raise RuntimeError("moto[server] is not installed: pip install -e '.[bench]'")
+            raise RuntimeError("moto[server] is not installed: pip install -e '.[all,hiredis]' --group bench")
         port = free_port()
         proc = subprocess.Popen(moto_command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.stack.callback(_stop, proc)

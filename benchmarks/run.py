@@ -7,7 +7,7 @@
     .venv/bin/python benchmarks/run.py --only resume,savers --splice   # LangGraph's sections into the doc
     .venv/bin/python benchmarks/run.py --only aio --splice             # berth.aio's section 7 into the doc
 
-Needs `pip install -e '.[bench]'`. Starts moto, fake-gcs-server and a private
+Needs `pip install -e '.[all,hiredis]' --group bench`. Starts moto, fake-gcs-server and a private
 redis-server itself (as tests/conftest.py does); uses the local PostgreSQL
 (BERTH_TEST_POSTGRES, default postgresql://postgres@127.0.0.1:5432/test) in a
 database of its own, `berth_bench` (or `BERTH_BENCH_DB`), which it drops and re-creates. Writes
@@ -60,7 +60,7 @@ WORKLOADS = (
     "startup",
 )
 PACKAGES = (
-    "berth",
+    "berthing",
     "cryptography",
     "msgspec",
     "orjson",

@@ -1,6 +1,6 @@
 """An A2A agent asks a maintainer before a risky call; the task waits sealed in berth; a new server completes it once.
 
-    pip install 'berth[a2a]'
+    pip install 'berthing[a2a]'
     python examples/a2a_approval.py                     # approve, in a temporary directory
     python examples/a2a_approval.py --answer 'reject: it holds payroll records'
 

@@ -1,6 +1,6 @@
 """A LangGraph graph asks before a risky tool call; berth parks the interrupt; a human answers; one resumer resumes.
 
-    pip install 'berth[langgraph]'
+    pip install 'berthing[langgraph]'
     python examples/langgraph_approval.py                          # approve, in a temporary directory
     python examples/langgraph_approval.py --answer 'reject: it holds payroll records'
 

@@ -1,6 +1,6 @@
 """An OpenAI Agents SDK agent stops for a tool approval; berth parks it; a human answers; one waker resumes.
 
-    pip install 'berth[openai-agents]'
+    pip install 'berthing[openai-agents]'
     python examples/openai_agents_approval.py                     # approve, in a temporary directory
     python examples/openai_agents_approval.py --answer 'reject: it holds payroll records'
     python examples/openai_agents_approval.py --url postgresql://postgres@127.0.0.1/test

@@ -1,6 +1,6 @@
 """A pydantic-ai agent ends in DeferredToolRequests; berth parks it; humans answer; one waker resumes.
 
-    pip install 'berth[pydantic-ai]'
+    pip install 'berthing[pydantic-ai]'
     python examples/pydantic_ai_approval.py                       # approve, in a temporary directory
     python examples/pydantic_ai_approval.py --answer 'reject: it holds payroll records'
     python examples/pydantic_ai_approval.py --url postgresql://postgres@127.0.0.1/test

@@ -65,7 +65,7 @@ def require(module: str, service: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        why = f"{module} is not installed ({exc}): pip install -e '.[all,test]'"
+        why = f"{module} is not installed ({exc}): ./dev test installs it"
         if CI:
             pytest.fail(f"{service} tests cannot run: {why}; CI=true requires it", pytrace=False)
         pytest.skip(f"{service} is not available ({why})", allow_module_level=True)
@@ -113,7 +113,7 @@ def postgres_dsn() -> str:
     try:
         import psycopg
     except ImportError:
-        unavailable("PostgreSQL", "psycopg is not installed: pip install -e '.[all,test]'")
+        unavailable("PostgreSQL", "psycopg is not installed: ./dev test installs it")
     try:
         psycopg.connect(POSTGRES_DSN, connect_timeout=3).close()
     except Exception as exc:
@@ -127,7 +127,7 @@ def redis_url() -> str:
     try:
         import redis
     except ImportError:
-        unavailable("Redis", "redis-py is not installed: pip install -e '.[all,test]'")
+        unavailable("Redis", "redis-py is not installed: ./dev test installs it")
     try:
         client = redis.Redis.from_url(REDIS_URL, socket_timeout=3)
         client.ping()
@@ -150,7 +150,7 @@ def moto_url() -> Iterator[str]:
     try:
         import moto.server  # noqa: F401
     except ImportError:
-        unavailable("moto", "moto[server] is not installed: pip install -e '.[all,test]'")
+        unavailable("moto", "moto[server] is not installed: ./dev test installs it")
     proc = subprocess.Popen(moto_command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml  # PyYAML comes with mkdocs (the docs extra, part of the test extra)
+import yaml  # PyYAML comes with mkdocs (the docs dependency group, part of the test group)
 
 from tests.conftest import unavailable
 
@@ -32,7 +32,7 @@ def _tool(name: str) -> str:
     exe = Path(sys.executable).with_name(name)
     found = str(exe) if exe.exists() else shutil.which(name)
     if found is None:
-        unavailable(name, "not installed: pip install -e '.[test]'")
+        unavailable(name, "not installed: ./dev test (the test dependency group)")
     assert found is not None
     return found
 

@@ -46,11 +46,16 @@ EXTRA_PROVIDES = {
     "openai-agents": ["agents"],  # berth.openai_agents imports the SDK when it parks or resumes
     "pydantic-ai": ["pydantic_ai"],
     "langgraph": ["berth.langgraph"],
+    "mcp": ["berth.mcp"],
     "a2a": ["berth.a2a"],
+    "testing": ["berth.testing"],
 }
-# the extras that `berth[all]` names
-ALL = re.fullmatch(r"berth\[([\w,-]+)\]", PYPROJECT["project"]["optional-dependencies"]["all"][0]).group(1).split(",")
-DEV_EXTRAS = {"all", "test", "docs", "bench"}  # not for users at run time
+# the extras that `berthing[all]` names
+ALL_SPEC = PYPROJECT["project"]["optional-dependencies"]["all"][0]
+ALL = re.fullmatch(r"berthing\[([\w,-]+)\]", ALL_SPEC).group(1).split(",")
+DEV_EXTRAS = {"all"}  # names the others
+# the project's own tools are dependency groups (pyproject), never published as extras
+DEV_GROUPS = {"test", "docs", "bench"}
 CLIENTS = [
     *("boto3", "botocore", "psycopg", "redis", "google.cloud.storage", "google.cloud.kms_v1"),
     *("starlette", "uvicorn", "jinja2", "agents", "pydantic_ai", "langgraph", "a2a"),
@@ -74,7 +79,7 @@ for name in job["imports"]:
         report["imported"].append(name)
     except ImportError as exc:
         report["not_importable"][name] = f"{type(exc).__name__}: {exc}"
-for ep in md.distribution("berth").entry_points:
+for ep in md.distribution("berthing").entry_points:
     if ep.group == "console_scripts":
         report["scripts"].append(ep.name)
     else:
@@ -87,6 +92,11 @@ if job["absent_extra"]:
         report["absent_extra_error"] = None
     except berth.BerthError as exc:
         report["absent_extra_error"] = str(exc)
+    try:
+        import berth.testing
+        report["absent_testing_error"] = None
+    except ImportError as exc:
+        report["absent_testing_error"] = str(exc)
 print(json.dumps(report))
 """
 
@@ -149,7 +159,7 @@ def test_metadata(dist: Path) -> None:
     with zipfile.ZipFile(_one(dist, "*.whl")) as whl:
         (name,) = [n for n in whl.namelist() if n.endswith(".dist-info/METADATA")]
         meta = email.parser.Parser().parsestr(whl.read(name).decode())
-    assert meta["Name"] == "berth" and meta["Version"] == berth.__version__ == PYPROJECT["project"]["version"]
+    assert meta["Name"] == "berthing" and meta["Version"] == berth.__version__ == PYPROJECT["project"]["version"]
     assert meta["License-Expression"] == "Apache-2.0"
     assert meta.get_all("License-File") == ["LICENSE"]
     assert meta["Requires-Python"] == ">=3.11"
@@ -157,6 +167,14 @@ def test_metadata(dist: Path) -> None:
     extras = set(meta.get_all("Provides-Extra") or [])
     assert extras == set(PYPROJECT["project"]["optional-dependencies"])
     assert extras - DEV_EXTRAS == set(EXTRA_PROVIDES), "a new extra needs its line in EXTRA_PROVIDES"
+    assert not extras & DEV_GROUPS and set(PYPROJECT["dependency-groups"]) == DEV_GROUPS
+    assert meta.get_all("Classifier") == PYPROJECT["project"]["classifiers"]
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [])
+    assert urls == PYPROJECT["project"]["urls"]
+    # the index renders the description away from the repository: no relative link or image in it
+    description = str(meta.get_payload())
+    assert "# berth" in description and f"]({urls['Source']}/blob/main/docs/store.md" in description
+    assert re.findall(r"\]\((?!https://|#)([^)\s]+)", description) == []
 
 
 def test_wheel_holds_the_package_its_data_and_the_license(dist: Path) -> None:
@@ -205,11 +223,12 @@ def test_installed_wheel(extra: str, environments: dict[str, Path], tmp_path: Pa
     assert Path(report["file"]).is_relative_to(venv), f"berth came from {report['file']}, not the wheel"
     assert report["version"] == berth.__version__
     assert report["missing_data"] == [], "package files missing from the installed wheel"
-    assert report["not_importable"] == {}, f"berth[{extra}] does not provide what it is for"
+    assert report["not_importable"] == {}, f"berthing[{extra}] does not provide what it is for"
     assert report["imported"] == serves
     assert report["clients_loaded"] == [], "import berth loaded a cloud or server client"
     if extra == "":
-        assert "berth[s3]" in (report["absent_extra_error"] or ""), report["absent_extra_error"]
+        assert "berthing[s3]" in (report["absent_extra_error"] or ""), report["absent_extra_error"]
+        assert "pip install 'berthing[testing]'" in (report["absent_testing_error"] or ""), report
     assert report["scripts"] == sorted(PYPROJECT["project"]["scripts"])
     for script in report["scripts"]:
         shown = _run([str(venv / "bin" / script), "--help"], cwd=tmp_path, env=env)

@@ -30,7 +30,7 @@ def test_unknown_scheme_names_the_known_ones() -> None:
 
 def test_missing_extra_names_the_extra() -> None:
     register("fake-extra", "berth_tests_no_such_module.backend:X", extra="fakeextra")
-    with pytest.raises(berth.BerthError, match=r"pip install 'berth\[fakeextra\]'"):
+    with pytest.raises(berth.BerthError, match=r"pip install 'berthing\[fakeextra\]'"):
         berth.open_store("fake-extra://x", identity="a", sealer=berth.PlaintextSealer())
 
 

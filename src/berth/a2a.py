@@ -61,7 +61,7 @@ try:
     from a2a.utils.task import ListTasksCursor, decode_list_tasks_cursor, encode_list_tasks_cursor
     from google.protobuf import json_format  # type: ignore[import-untyped]  # no stubs shipped
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("berth.a2a needs a2a-sdk: pip install 'berth[a2a]'") from exc
+    raise ImportError("berth.a2a needs a2a-sdk: pip install 'berthing[a2a]'") from exc
 
 __all__ = [
     "DEFAULT_INPUT_DEADLINE",

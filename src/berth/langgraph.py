@@ -73,7 +73,7 @@ try:
     from langgraph.checkpoint.serde.types import INTERRUPT
     from langgraph.types import StateSnapshot
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("berth.langgraph needs langgraph: pip install 'berth[langgraph]'") from exc
+    raise ImportError("berth.langgraph needs langgraph: pip install 'berthing[langgraph]'") from exc
 
 __all__ = [
     "DEFAULT_DEADLINE",

@@ -58,7 +58,7 @@ try:
     from mcp.server.request_state import InvalidRequestState, RequestStateCodec
     from mcp_types import CallToolResult, InputRequest, InputRequiredResult
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("berth.mcp needs the official MCP Python SDK: pip install 'berth[mcp]'") from exc
+    raise ImportError("berth.mcp needs the official MCP Python SDK: pip install 'berthing[mcp]'") from exc
 
 __all__ = ["PROVIDER", "Rounds", "request_state_codec"]
 

@@ -49,7 +49,7 @@ from berth._store import Store
 try:
     from agents import Agent, RunState
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("berth.openai_agents needs the OpenAI Agents SDK: pip install 'berth[openai-agents]'") from exc
+    raise ImportError("berth.openai_agents needs the OpenAI Agents SDK: pip install 'berthing[openai-agents]'") from exc
 
 if TYPE_CHECKING:
     from agents import RunResult

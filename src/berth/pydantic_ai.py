@@ -45,7 +45,7 @@ try:
     from pydantic_ai.messages import ModelMessagesTypeAdapter
     from pydantic_ai.models import Model
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("berth.pydantic_ai needs pydantic-ai: pip install 'berth[pydantic-ai]'") from exc
+    raise ImportError("berth.pydantic_ai needs pydantic-ai: pip install 'berthing[pydantic-ai]'") from exc
 
 __all__ = ["PROVIDER", "Outcome", "config_digest", "model_name", "park", "parse_approval", "wake"]
 

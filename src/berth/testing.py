@@ -34,7 +34,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar, TypeVar
 
-import pytest
+try:
+    import pytest
+except ModuleNotFoundError as exc:  # pragma: no cover - the suite runs under pytest
+    if exc.name != "pytest":
+        raise
+    raise ImportError("berth.testing needs pytest: pip install 'berthing[testing]'") from exc
 
 from berth._aesgcm import AesGcmSealer, Keyring
 from berth._aio_store import AsyncStore

@@ -24,7 +24,7 @@ import pytest
 import berth
 from tests._net import free_port, wait_http
 
-pytest.importorskip("starlette", reason="the serve extra is not installed: pip install -e '.[all,test]'")
+pytest.importorskip("starlette", reason="the serve extra is not installed: ./dev test installs it")
 
 from berth._serve import Auth, Source, build_app  # noqa: E402
 

@@ -45,7 +45,7 @@ def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        unavailable("Playwright", "pip install -e '.[all,test]'")
+        unavailable("Playwright", "./dev test installs it")
     if not os.access(CHROMIUM, os.X_OK):
         unavailable("Chromium", f"{CHROMIUM} is missing: apt-get install chromium")
     with sync_playwright() as p:

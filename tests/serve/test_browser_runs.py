@@ -33,7 +33,7 @@ IDENTITY = "ops-bot"  # the examples' identity
 
 def example(name: str, extra: str) -> ModuleType:
     """Import `examples/<name>.py` (its framework installed, else the test is skipped as the extra says)."""
-    pytest.importorskip(extra, reason=f"the example needs {extra}: pip install -e '.[all,test]'")
+    pytest.importorskip(extra, reason=f"the example needs {extra}: ./dev test installs it")
     if str(EXAMPLES) not in sys.path:
         sys.path.insert(0, str(EXAMPLES))
     return importlib.import_module(name)

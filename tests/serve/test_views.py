@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("jinja2", reason="the serve extra is not installed: pip install -e '.[all,test]'")
+pytest.importorskip("jinja2", reason="the serve extra is not installed: ./dev test installs it")
 
 from berth._serve._views import fields, link, linked, markdown, prompt_json, shown  # noqa: E402
 

@@ -164,7 +164,7 @@ def serve_cmd(
     try:
         app = _serve.build_app(sources, auth, poll_seconds=poll, notify=hook, notify_every=notify_every)
     except ImportError as exc:
-        bad_usage(f"berth serve needs the serve extra: pip install 'berth[serve]' ({exc})")
+        bad_usage(f"berth serve needs the serve extra: pip install 'berthing[serve]' ({exc})")
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"berth inbox for {', '.join(where(n) for n in names)} on http://{shown}:{port}/", err=True)
     try:

@@ -291,7 +291,7 @@ def _imported(scheme: str, target: str, extra: str | None) -> Any:
     except ModuleNotFoundError as exc:
         if extra and exc.name and not (exc.name == "berth" or exc.name.startswith("berth.")):
             raise BerthError(
-                f"the {scheme}:// backend needs the {exc.name!r} package: pip install 'berth[{extra}]'"
+                f"the {scheme}:// backend needs the {exc.name!r} package: pip install 'berthing[{extra}]'"
             ) from exc
         raise
     return getattr(module, attr)

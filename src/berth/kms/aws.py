@@ -96,7 +96,7 @@ class AwsKms:
 
                         from berth._boto import session
                     except ImportError as exc:
-                        raise BerthError("AwsKms needs the boto3 package: pip install 'berth[awskms]'") from exc
+                        raise BerthError("AwsKms needs the boto3 package: pip install 'berthing[awskms]'") from exc
 
                     config = Config(
                         retries={"mode": "standard", "max_attempts": self._max_attempts},

@@ -167,7 +167,7 @@ def _kms_v1() -> Any:
     try:
         from google.cloud import kms_v1  # type: ignore[attr-defined, unused-ignore]
     except ImportError as exc:
-        raise BerthError("GcpKms needs the google-cloud-kms package: pip install 'berth[gcpkms]'") from exc
+        raise BerthError("GcpKms needs the google-cloud-kms package: pip install 'berthing[gcpkms]'") from exc
     return kms_v1
 
 
