@@ -260,11 +260,13 @@ class Rounds:
         lifetime: timedelta = timedelta(days=14),
         wait: timedelta = timedelta(seconds=30),
     ):
-        """Args:
-        store: where rounds and their results are parked (sealed by its sealer), under `mcp/rounds/`.
-        lifetime: how long a round may be answered, and its result replayed, after `ask`.
-        wait: how long a retry that lost the claim waits for the winner's result before it is
-            told to retry later.
+        """Rounds parked in `store`, answerable for `lifetime` after `ask`.
+
+        Args:
+            store: where rounds and their results are parked (sealed by its sealer), under `mcp/rounds/`.
+            lifetime: how long a round may be answered, and its result replayed, after `ask`.
+            wait: how long a retry that lost the claim waits for the winner's result before it is
+                told to retry later.
 
         Raises:
             TypeError: `store` is not a `berth.aio.AsyncStore`.
