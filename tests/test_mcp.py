@@ -431,3 +431,26 @@ def test_a_retry_while_the_first_is_still_running_waits_for_its_result() -> None
                 assert ran["prod"] == 1
 
     asyncio.run(main())
+
+
+def test_a_round_survives_a_restart_and_a_key_rotation(tmp_path: Any) -> None:
+    """Round one on a server that then stops; round two on a new one whose keyring was rotated meanwhile."""
+
+    async def main() -> None:
+        ran: Counter[str] = Counter()
+        keyring = berth.Keyring.generate()
+        url = f"sqlite:///{tmp_path}/rounds.db"
+        async with berth.aio.open_store(url, identity="mcp-test", sealer=berth.AesGcmSealer(keyring)) as store:
+            server = _server(_aes(keyring, audience="deployer"), berth.mcp.Rounds(store), ran)
+            async with Client(server) as client:
+                first = await client.session.call_tool("deploy", {"env": "prod"}, allow_input_required=True)
+        rotated = keyring.rotate()
+        async with berth.aio.open_store(url, identity="mcp-test", sealer=berth.AesGcmSealer(rotated)) as store:
+            server = _server(_aes(rotated, audience="deployer"), berth.mcp.Rounds(store), ran)
+            async with Client(server) as client:
+                done = await _retry(client, "deploy", {"env": "prod"}, _state(first))
+                again = await _retry(client, "deploy", {"env": "prod"}, _state(first))
+        assert _text(done) == _text(again) == "deployed prod (asked about prod)"
+        assert ran == Counter({"prod": 1})
+
+    asyncio.run(main())
