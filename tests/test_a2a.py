@@ -126,6 +126,9 @@ def test_every_method_round_trips(url: str) -> None:
         assert [t.id for t in (await store.list(ListTasksRequest(context_id="c-1"), ctx())).tasks] == ["t-1"]
         only = ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED)
         assert [t.id for t in (await store.list(only, ctx())).tasks] == ["t-2"]
+        recent = ListTasksRequest()
+        recent.status_timestamp_after.FromDatetime(T0 + timedelta(seconds=30))
+        assert [t.id for t in (await store.list(recent, ctx())).tasks] == ["t-2"]
         page = await store.list(ListTasksRequest(page_size=1), ctx())
         assert [t.id for t in page.tasks] == ["t-2"] and page.next_page_token
         rest = await store.list(ListTasksRequest(page_size=1, page_token=page.next_page_token), ctx())
