@@ -46,7 +46,7 @@ def park(backend: str, ctx: dict[str, Any], role: str, trial: int, count: int) -
     where = _where(backend, ctx, role, trial)
     state = {"messages": [{"role": "user", "content": "approve?"}]}
     if role == "berth":
-        url = f"sqlite://{where}" if backend == "sqlite" else f"{ctx['postgres']}?schema={where}"
+        url = f"sqlite:///{where}" if backend == "sqlite" else f"{ctx['postgres']}?schema={where}"
         with berth.open_store(url, identity="bench", sealer=sealer()) as store:
             for key in _keys(count):
                 store.save(key, berth.Envelope(provider_state=state, run_id="run-1"))
@@ -67,7 +67,7 @@ def claimer_job(args: dict[str, Any]) -> dict[str, Any]:
     backend, role, where, ctx = args["backend"], args["role"], args["where"], args["ctx"]
     keys = _keys(args["count"])
     if role == "berth":
-        url = f"sqlite://{where}" if backend == "sqlite" else f"{ctx['postgres']}?schema={where}"
+        url = f"sqlite:///{where}" if backend == "sqlite" else f"{ctx['postgres']}?schema={where}"
         store = berth.open_store(url, identity="bench", sealer=sealer())
         store.load("warm/up")
 
@@ -179,7 +179,7 @@ def writer_job(args: dict[str, Any]) -> dict[str, Any]:
     messages = chat_messages()
     key = f"org/repo#{os.getpid()}"
     if role == "berth":
-        url = f"sqlite://{where}" if backend == "sqlite" else f"{ctx['postgres']}?schema={where}"
+        url = f"sqlite:///{where}" if backend == "sqlite" else f"{ctx['postgres']}?schema={where}"
         store = berth.open_store(url, identity="bench", sealer=sealer())
 
         def cycle() -> None:

@@ -188,7 +188,7 @@ def berth_url(backend: str, ctx: dict[str, Any], tag: str) -> tuple[str, dict[st
     if backend == "file":
         return f"file://{ctx['dir']}/files-{tag}", {}
     if backend == "sqlite":
-        return f"sqlite://{ctx['dir']}/{tag}.db", {}
+        return f"sqlite:///{ctx['dir']}/{tag}.db", {}
     if backend == "postgres":
         return f"{ctx['postgres']}?schema=bench_{tag.replace('-', '_')}", {}
     if backend == "redis":

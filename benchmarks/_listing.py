@@ -46,7 +46,7 @@ LS_FORMS = {"table (--all)": ["--all"], "default (100 rows + count)": [], "--jso
 def url_for(backend: str, ctx: dict[str, Any], count: int) -> str:
     """A store of its own per backend and count."""
     if backend == "sqlite":
-        return f"sqlite://{ctx['dir']}/listing-{count}.db"
+        return f"sqlite:///{ctx['dir']}/listing-{count}.db"
     if backend == "file":
         return f"file://{ctx['dir']}/listing-{count}"
     if backend == "redis":
@@ -100,7 +100,7 @@ def _floor_scan(backend: str, url: str) -> int:
     if backend == "sqlite":
         import sqlite3
 
-        conn = sqlite3.connect(url.removeprefix("sqlite://"))
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
         cur = conn.execute(
             "SELECT name, substr(data, 1, ?), gen, length(data) FROM berth_frames WHERE name >= 'bench/' "
             "AND name < 'bench0' ORDER BY name",

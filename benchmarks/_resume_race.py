@@ -77,7 +77,7 @@ def open_saver(who: str, backend: str, where: str) -> tuple[Any, Any]:
         from berth.langgraph import BerthSaver
 
         sealer = berth.AesGcmSealer(berth.Keyring({"bench-1": KEY}, "bench-1"))
-        url = f"sqlite://{where}" if backend == "sqlite" else f"{POSTGRES_DSN}?schema={where}"
+        url = f"sqlite:///{where}" if backend == "sqlite" else f"{POSTGRES_DSN}?schema={where}"
         store = berth.open_store(url, identity=IDENTITY, sealer=sealer)
         return BerthSaver(store), store.close
     if backend == "sqlite":

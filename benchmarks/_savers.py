@@ -88,7 +88,7 @@ class Contender:
 
 
 def berth_contender(backend: str, ctx: dict[str, Any], tag: str) -> Contender:
-    url = f"sqlite://{ctx['dir']}/{tag}-berth.db" if backend == "sqlite" else f"{ctx['postgres']}?schema={tag}_berth"
+    url = f"sqlite:///{ctx['dir']}/{tag}-berth.db" if backend == "sqlite" else f"{ctx['postgres']}?schema={tag}_berth"
     store = berth.open_store(url, identity="bench-lg", sealer=sealer())
     from berth.langgraph import AsyncBerthSaver, BerthSaver
 

@@ -33,7 +33,7 @@ def commands(scratch: str) -> dict[str, list[str]]:
         # `import berth` defers each name to its first use: this is what a host pays before its first call
         "import berth, open a store": [sys.executable, "-c", f"import berth; {_FIRST_STORE}"],
         "berth --help": [berth, "--help"],
-        "berth ls (empty store)": [berth, "ls", "--url", f"sqlite://{scratch}/startup-empty.db"],
+        "berth ls (empty store)": [berth, "ls", "--url", f"sqlite:///{scratch}/startup-empty.db"],
     }
 
 

@@ -23,7 +23,7 @@ WITNESSED = "berth sealed + witness"
 def witness_url(backend: str, ctx: dict[str, Any], tag: str) -> str:
     """The witness location for `backend`: another file, schema or key prefix than the store's."""
     if backend == "sqlite":
-        return f"sqlite://{ctx['dir']}/{tag}-witness.db"
+        return f"sqlite:///{ctx['dir']}/{tag}-witness.db"
     if backend == "postgres":
         return f"{ctx['postgres']}?schema=bench_{tag.replace('-', '_')}_witness"
     if backend == "redis":

@@ -82,7 +82,7 @@ def main() -> None:
 
     directory = tempfile.mkdtemp(prefix="berth-saver-cpu-")
     messages = chat_messages(2048)
-    store = berth.open_store(f"sqlite://{directory}/berth.db", identity="bench-lg", sealer=sealer())
+    store = berth.open_store(f"sqlite:///{directory}/berth.db", identity="bench-lg", sealer=sealer())
     conn = sqlite3.connect(f"{directory}/langgraph.db", check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     peer = SqliteSaver(conn)

@@ -68,7 +68,7 @@ def main() -> None:
     if not os.path.exists(keyring):
         berth.Keyring.generate().save(keyring)
     sealer = berth.AesGcmSealer(berth.Keyring.load(keyring))
-    url = f"sqlite://{args.db}"
+    url = f"sqlite:///{args.db}"
     if not os.path.exists(args.db):
         populate(url, sealer, args.runs, args.questions)
     source = Source(

@@ -62,7 +62,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("BERTH_KMS", "BERTH_DEBUG", "BERTH_URL", "BERTH_IDENTITY", "BERTH_KEYRING", "BERTH_WITNESS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))  # never the real user data directory
-    monkeypatch.setenv("BERTH_URL", f"sqlite://{tmp_path}/berth.db")
+    monkeypatch.setenv("BERTH_URL", f"sqlite:///{tmp_path}/berth.db")
     monkeypatch.setenv("BERTH_IDENTITY", IDENTITY)
     monkeypatch.setenv("BERTH_KEYRING", str(keyring))
     monkeypatch.setenv("COLUMNS", "120")
@@ -230,7 +230,7 @@ def test_help_imports_no_command_module_store_backend_or_codec() -> None:
 
 
 def test_a_command_imports_its_own_command_module_only(tmp_path: Path) -> None:
-    loaded = _modules_after("ls", "--url", f"sqlite://{tmp_path}/empty.db")
+    loaded = _modules_after("ls", "--url", f"sqlite:///{tmp_path}/empty.db")
     assert "berth._cli._store_cmds" in loaded and "berth._store" in loaded
     others = ("_key_cmds", "_question_cmds", "_demo_cmd", "_demo", "_serve_cmd")
     assert [m for m in loaded if m.removeprefix("berth._cli.") in others] == []
@@ -265,7 +265,7 @@ def test_default_store_is_an_sqlite_file_in_the_user_data_directory(
 
 def test_flags_override_the_environment_before_or_after_the_command(home: Path, store: berth.Store) -> None:
     park(store, "mine")
-    other = f"sqlite://{home}/other.db"
+    other = f"sqlite:///{home}/other.db"
     assert json.loads(ok("ls", "--json").stdout)[0]["key"] == "mine"
     assert json.loads(ok("--url", other, "ls", "--json").stdout) == []
     assert json.loads(ok("ls", "--url", other, "--json").stdout) == []
@@ -690,7 +690,7 @@ def test_sweep_needs_no_key_and_removes_expired_questions(
 
 
 def test_sweep_bad_input_is_exit_2(home: Path) -> None:
-    fails(2, "sweep", "--url", "sqlite://relative.db", says=["identity 'pr-bot'", "sqlite:///abs"])
+    fails(2, "sweep", "--url", "sqlite://relative.db", says=["identity 'pr-bot'", "sqlite:////abs"])
     fails(2, "sweep", "KEY", says=["unexpected extra argument"])
 
 

@@ -18,6 +18,7 @@ Every message names the identity and key involved and never contains state.
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,7 @@ __all__ = [
     "InvalidEnvelope",
     "InvalidKey",
     "TokenMismatch",
+    "caller_level",
     "restated",
     "where",
 ]
@@ -123,3 +125,11 @@ class BackendError(BerthError):
 
 
 publish(globals())  # its public names read as berth.X
+
+
+def caller_level() -> int:
+    """The `stacklevel` that points a warning, warned by the caller of this, at the first caller outside berth."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "berth":
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level

@@ -889,7 +889,7 @@ def open_questions(
     """Open the question store at `url`: the same schemes and backends as `open_store`.
 
     Args:
-        url: memory://, file:///dir, sqlite:///file.db, postgresql://, redis://, gs://, s3://.
+        url: memory://, file:///dir, sqlite:////abs/file.db, postgresql://, redis://, gs://, s3://.
         identity: the namespace of one agent, tenant or service (as its envelope store's).
         sealer: seals prompts and answers; None stores them readable (development only).
         accept_plaintext: let a sealed store read plaintext records.

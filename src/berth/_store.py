@@ -1226,7 +1226,7 @@ def open_store(
     witness: str | Backend | None = None,
     **options: Any,
 ) -> Store:
-    """Open a store by URL: memory://, file:///dir, sqlite:///file.db, postgresql://, redis://, gs://, s3://.
+    """Open a store by URL: memory://, file:///dir, sqlite:////abs/file.db, postgresql://, redis://, gs://, s3://.
 
     Args:
         url: where frames live; a scheme whose extra is not installed names the extra.

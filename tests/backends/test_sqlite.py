@@ -587,7 +587,7 @@ import berth, berth.testing
 path, start = sys.argv[1], float(sys.argv[2])
 while time.time() < start:
     pass
-store = berth.open_store(f"sqlite://{path}", identity="t", sealer=berth.PlaintextSealer())
+store = berth.open_store(f"sqlite:///{path}", identity="t", sealer=berth.PlaintextSealer())
 store.save(f"k{sys.argv[3]}", berth.testing.make_envelope())
 print("ok")
 """
@@ -609,3 +609,41 @@ print("ok")
         ] * 8, [err[-500:] for _out, err in outs if err]
         with sqlite3.connect(path) as check:
             assert check.execute("SELECT count(*) FROM berth_frames").fetchone()[0] == 8
+
+
+# --- the URL: the common convention (SQLAlchemy's), three slashes relative, four absolute --------
+
+
+def test_three_slashes_name_a_path_relative_to_the_working_directory(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    cases = [("sqlite:///./here.db", tmp_path / "here.db"), ("sqlite:///sub/rel.db", tmp_path / "sub/rel.db")]
+    for url, where in cases:
+        store = berth.open_store(url, identity="x", sealer=berth.PlaintextSealer())
+        store.close()
+        assert where.is_file(), url  # not /here.db, not /sub/rel.db
+
+
+def test_four_slashes_and_localhost_name_an_absolute_path(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    for url in [f"sqlite:///{tmp_path}/elsewhere/a.db", f"sqlite://localhost{tmp_path}/elsewhere/b.db"]:
+        assert SqliteBackend.from_url(url).path.parent == tmp_path / "elsewhere"
+    assert f"sqlite:///{tmp_path}".startswith("sqlite:////")
+
+
+def test_an_absolute_path_written_with_three_slashes_still_opens_with_a_deprecation(tmp_path, monkeypatch) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    old = f"sqlite://{tmp_path}/old.db"  # `tmp`'s first directory exists at the root, not in the working directory
+    assert old.startswith("sqlite:///") and not old.startswith("sqlite:////")
+    with pytest.warns(DeprecationWarning, match=r"write sqlite:////.*four slashes") as caught:
+        berth.open_store(old, identity="x", sealer=berth.PlaintextSealer()).close()
+    assert caught[0].filename == __file__  # pointed at the caller, not inside berth
+    assert (tmp_path / "old.db").is_file() and not list(workdir.iterdir())
+
+
+def test_a_url_with_a_host_or_no_file_is_refused_naming_both_forms(tmp_path) -> None:
+    for url in ["sqlite://relative.db", "sqlite:///", "sqlite://"]:
+        with pytest.raises(berth.BerthError, match=r"sqlite:////abs/file\.db.*sqlite:///relative\.db"):
+            SqliteBackend.from_url(url)

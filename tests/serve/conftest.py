@@ -58,7 +58,7 @@ def serving(
     """Run an inbox over the SQLite file `db` on a free port until the block ends."""
     import uvicorn
 
-    url = f"sqlite://{db}"
+    url = f"sqlite:///{db}"
     sealer = berth.AesGcmSealer(keyring)
     sources = [
         Source(

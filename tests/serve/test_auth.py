@@ -87,7 +87,7 @@ def test_the_command_refuses_to_serve_off_loopback_without_authentication(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("BERTH_SERVE_TOKEN", raising=False)
-    monkeypatch.setenv("BERTH_URL", f"sqlite://{tmp_path}/b.db")
+    monkeypatch.setenv("BERTH_URL", f"sqlite:///{tmp_path}/b.db")
     result = CliRunner().invoke(cli, ["serve", "--host", "0.0.0.0"])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
@@ -100,7 +100,7 @@ def test_the_command_refuses_to_serve_off_loopback_without_authentication(
 
 def test_the_command_says_in_one_line_when_its_port_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BERTH_SERVE_TOKEN", raising=False)
-    monkeypatch.setenv("BERTH_URL", f"sqlite://{tmp_path}/b.db")
+    monkeypatch.setenv("BERTH_URL", f"sqlite:///{tmp_path}/b.db")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -76,7 +76,7 @@ def site(tmp_path: Path, keyring: berth.Keyring) -> Iterator[Site]:
     """An inbox over the identity the examples park under."""
     db = tmp_path / "runs.db"
     with serving(db, keyring, Auth(tokens=parse_tokens(TOKENS)), identities=(IDENTITY,)) as s:
-        yield Site(s, f"sqlite://{db}", berth.AesGcmSealer(keyring))
+        yield Site(s, f"sqlite:///{db}", berth.AesGcmSealer(keyring))
 
 
 class Agents:

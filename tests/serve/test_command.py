@@ -20,7 +20,7 @@ BERTH = Path(sys.executable).parent / "berth"
 def test_serve_answers_audits_and_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
     keyring = tmp_path / "keys.json"
     berth.Keyring.generate().save(keyring)
-    url = f"sqlite://{tmp_path}/berth.db"
+    url = f"sqlite:///{tmp_path}/berth.db"
     sealer = berth.AesGcmSealer(berth.Keyring.load(keyring))
     with (
         berth.open_store(url, identity="ops", sealer=sealer) as store,

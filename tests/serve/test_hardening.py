@@ -151,7 +151,7 @@ def call(app: Any, path: str, headers: dict[str, str], body: Body) -> int:
 
 @pytest.fixture
 def app(tmp_path: Path) -> Iterator[Any]:
-    url = f"sqlite://{tmp_path}/bodies.db"
+    url = f"sqlite:///{tmp_path}/bodies.db"
     source = Source(
         IDENTITY,
         berth.open_store(url, identity=IDENTITY, sealer=berth.PlaintextSealer()),
@@ -241,7 +241,7 @@ def test_a_trusted_header_needs_the_proxies_it_is_believed_from(
             parse_proxies(bad)
     assert [str(n) for n in parse_proxies("10.0.0.5, 10.1.0.0/16,[::1]")] == ["10.0.0.5/32", "10.1.0.0/16", "::1/128"]
     monkeypatch.delenv("BERTH_SERVE_TOKEN", raising=False)
-    monkeypatch.setenv("BERTH_URL", f"sqlite://{tmp_path}/b.db")
+    monkeypatch.setenv("BERTH_URL", f"sqlite:///{tmp_path}/b.db")
     result = CliRunner().invoke(cli, ["serve", "--trusted-header", "X-Forwarded-User"])
     assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
     assert "--forwarded-allow-ips" in result.output and "Traceback" not in result.output

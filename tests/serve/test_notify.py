@@ -24,7 +24,7 @@ SECRET = "notify-" + secrets.token_hex(16)
 def test_serve_announces_new_questions_near_deadlines_and_answers(tmp_path: Path) -> None:
     keyring = tmp_path / "keys.json"
     berth.Keyring.generate().save(keyring)
-    url = f"sqlite://{tmp_path}/berth.db"
+    url = f"sqlite:///{tmp_path}/berth.db"
     sealer = berth.AesGcmSealer(berth.Keyring.load(keyring))
     soon = datetime.now(timezone.utc) + timedelta(minutes=20)
     store = berth.open_store(url, identity="ops", sealer=sealer)
@@ -77,7 +77,7 @@ def test_serve_announces_new_questions_near_deadlines_and_answers(tmp_path: Path
 
 def test_serve_refuses_a_notify_url_without_a_secret(tmp_path: Path) -> None:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("BERTH_")} | {
-        "BERTH_URL": f"sqlite://{tmp_path}/berth.db",
+        "BERTH_URL": f"sqlite:///{tmp_path}/berth.db",
         "BERTH_NOTIFY_URL": "https://hooks.example.com/x",
     }
     done = subprocess.run(

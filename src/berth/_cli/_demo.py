@@ -167,7 +167,7 @@ def _setup(url: str | None, workdir: Path) -> Setup:
     berth.Keyring.generate().save(keyring_path)
     if url is None:
         db = workdir / "berth.db"
-        return Setup("sqlite://" + quote(str(db)), "pr-bot", keyring_path, workdir, True)
+        return Setup("sqlite:///" + quote(str(db)), "pr-bot", keyring_path, workdir, True)
     if url.split("://", 1)[0].lower() == "memory":
         raise DemoError("the demo's wakers run in separate processes: memory:// is not shared between them")
     return Setup(url, f"pr-bot-demo-{secrets.token_hex(3)}", keyring_path, workdir, False)

@@ -29,7 +29,7 @@ DEFAULT_IDENTITY = "default"
 
 
 def default_url() -> str:
-    """`sqlite:///` in the user's data directory, created 0700 (the file is created 0600)."""
+    """`sqlite:////…` (an absolute path) in the user's data directory, created 0700 (the file is created 0600)."""
     from urllib.parse import quote
 
     import platformdirs
@@ -38,7 +38,7 @@ def default_url() -> str:
 
     directory = platformdirs.user_data_path("berth", appauthor=False)
     make_dirs(directory)  # with its parents (~/.local/share), 0700 whatever the umask
-    return "sqlite://" + quote(str(directory / "berth.db"))
+    return "sqlite:///" + quote(str(directory / "berth.db"))
 
 
 @dataclass

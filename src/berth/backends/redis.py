@@ -28,7 +28,6 @@ import logging
 import os
 import re
 import secrets
-import sys
 import threading
 import time
 import warnings
@@ -45,7 +44,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from berth import _plan
-from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
+from berth._errors import BackendError, BerthError, FormatError, TokenMismatch, caller_level
 from berth._plan import Plan, call
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
@@ -121,14 +120,6 @@ _ERRORS = ErrorMap(
 
 class DurabilityWarning(UserWarning):
     """The Redis server can lose writes it acknowledged (no append-only file, or one never fsynced)."""
-
-
-def _caller_level() -> int:
-    """The `stacklevel` that points a warning at the first caller outside berth."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "berth":
-        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
-    return level
 
 
 def _command_of(script: Any, key: str, args: tuple[Any, ...], *, text: bool = False) -> tuple[Any, ...]:
@@ -271,7 +262,7 @@ class RedisBackend(Backend):
                 "A parked run can vanish, and a claimed run can come back and be resumed twice. "
                 f"Fix: {'; '.join(fix for _, fix in problems)}. See docs/backends/redis.md",
                 DurabilityWarning,
-                stacklevel=_caller_level(),
+                stacklevel=caller_level(),
             )
 
     def _durability_problems(self) -> list[tuple[str, str]]:

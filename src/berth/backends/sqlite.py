@@ -1,4 +1,4 @@
-"""`sqlite:///abs/file.db`: the embedded default; one row per frame, in WAL mode.
+"""`sqlite:////abs/file.db` (`sqlite:///relative.db`): the embedded default; one row per frame, in WAL mode.
 
 Every write draws a fresh random 62-bit generation, so a token loaded before a
 re-save (or before a delete and re-create) never matches again, and a save is one
@@ -21,13 +21,14 @@ import secrets
 import sqlite3
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from berth._atomic import make_dirs
-from berth._errors import BerthError, FormatError, TokenMismatch
+from berth._errors import BerthError, FormatError, TokenMismatch, caller_level
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
@@ -216,6 +217,39 @@ class _NoTurn:
 _NO_TURN = _NoTurn()
 
 
+def url_path(url: str) -> Path:
+    """The database a `sqlite://` URL names, by the common convention (SQLAlchemy's).
+
+    `sqlite:////abs/file.db` (four slashes) and `sqlite://localhost/abs/file.db` name an absolute
+    path; `sqlite:///relative.db` (three) a path relative to the working directory. Until 0.2 an
+    absolute path written the old way, with three slashes, still opens where that is unambiguous:
+    when the path's first directory exists at the root and not in the working directory
+    (`sqlite:///var/lib/app/berth.db` run from a directory without `var/`), with a DeprecationWarning.
+    """
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise BerthError(
+            f"sqlite:// URL {url!r} names host {parts.netloc!r}: "
+            "use sqlite:////abs/file.db (absolute) or sqlite:///relative.db"
+        )
+    path = unquote(parts.path)
+    if parts.netloc == "localhost" or path.startswith("//"):
+        return Path(path[1:] if path.startswith("//") else path)
+    relative = path[1:]
+    if not relative:
+        raise BerthError(f"sqlite:// URL {url!r} names no file: use sqlite:////abs/file.db or sqlite:///relative.db")
+    first = relative.split("/", 1)[0]
+    if first not in (".", "..") and not (Path.cwd() / first).exists() and (Path("/") / first).exists():
+        warnings.warn(
+            f"sqlite:///{relative} opens /{relative} as before; write sqlite:////{relative} (four slashes): "
+            "three slashes name a path relative to the working directory, and from berth 0.2 always will",
+            DeprecationWarning,
+            stacklevel=caller_level(),
+        )
+        return Path("/") / relative
+    return Path.cwd() / relative
+
+
 class SqliteBackend(Backend):
     """Frames as rows of one SQLite table, safe across threads and processes."""
 
@@ -238,12 +272,10 @@ class SqliteBackend(Backend):
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SqliteBackend:
         parts = urlsplit(url)
-        if parts.netloc not in ("", "localhost"):
-            raise BerthError(f"sqlite:// URL {url!r} names host {parts.netloc!r}: use sqlite:///abs/file.db")
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         if "synchronous" in query:
             options.setdefault("synchronous", query["synchronous"])
-        return cls(unquote(parts.path), **options)
+        return cls(url_path(url), **options)
 
     def _create_file(self) -> None:
         try:
