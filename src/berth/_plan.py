@@ -154,7 +154,8 @@ async def arun(plan: Plan[T], targets: Mapping[str, Any]) -> T:
 
 
 async def settle(awaitable: Awaitable[T]) -> tuple[Any, list[BaseException]]:
-    """Await `awaitable` to its outcome in a task of its own, however often the caller is cancelled meanwhile.
+    """Await `awaitable` to its outcome in a task of its own, however often the caller is cancelled meanwhile
+    (the task refuses the cancel a cancelled caller passes on to what it awaits).
 
     Returns `(task, cancellations)`: the finished task (its `result()` is the outcome, or raises
     it) and each `CancelledError` the caller received while waiting, deferred. The caller
@@ -163,18 +164,43 @@ async def settle(awaitable: Awaitable[T]) -> tuple[Any, list[BaseException]]:
     """
     import asyncio
 
-    task = asyncio.ensure_future(awaitable)
+    step = awaitable if asyncio.iscoroutine(awaitable) else _awaited(awaitable)
+    task = _held()(step, loop=asyncio.get_running_loop())
     cancellations: list[BaseException] = []
     while not task.done():
         try:
-            await asyncio.shield(task)
+            # Awaited directly (a held task ignores the cancel a cancelled caller passes on to
+            # what it awaits): one loop iteration less than a shield, and no future of its own.
+            await task
         except asyncio.CancelledError as exc:
-            if task.done() and task.cancelled():  # the step itself was cancelled (its loop is closing)
+            if task.done() and task.cancelled():  # the step itself was cancelled (not by us)
                 raise
             cancellations.append(exc)
         except Exception:  # the step's own failure: the caller reads it from the task
             pass
     return task, cancellations
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+_HELD: Any = None
+
+
+def _held() -> Any:
+    """`asyncio.Task` whose `cancel` refuses: the task `settle` runs a step in (made on first use, so
+    importing this module does not import asyncio)."""
+    global _HELD
+    if _HELD is None:
+        import asyncio
+
+        class Held(asyncio.Task):  # type: ignore[type-arg]
+            def cancel(self, msg: Any = None) -> bool:
+                return False
+
+        _HELD = Held
+    return _HELD
 
 
 async def _committing(plan: Plan[T], step: Call, targets: Mapping[str, Any]) -> T:
