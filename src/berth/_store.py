@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import os
 import re
 import stat
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import MappingProxyType
@@ -51,6 +50,7 @@ from berth._time import utcnow
 from berth._token import Token
 from berth._witness import MAX_SEQ, AuditReport, Snapshot, Witness
 from berth.backends import Backend, Data, Head, as_backend, open_backend
+from berth.backends._bulk import names_before
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -566,12 +566,6 @@ class StoreCore:
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
             raise ValueError(f"list limit must be a positive int or None, got {limit!r}")
 
-    @staticmethod
-    def keys_before(keys: Iterable[str], before: str | None, limit: int | None) -> Iterator[str]:
-        """`keys` (in order) that sort before `before` (all when None), the first `limit`."""
-        kept = keys if before is None else (key for key in keys if key < before)
-        return itertools.islice(kept, limit)
-
     def check_prefix(self, prefix: str) -> None:
         if not isinstance(prefix, str) or prefix.startswith("/") or _CONTROL.search(prefix):
             raise InvalidKey(f"invalid prefix {prefix!r} for identity {self.identity!r}", identity=self.identity)
@@ -966,7 +960,7 @@ class Store:
         with self._backend_call(prefix or "*", "load"):
             if core.witness is not None:  # each frame judged by the witness against its record
                 heads = self._heads(prefix, ordered=True, limit=None if before else limit, reverse=reverse)
-                for key in core.keys_before((key for key, *_ in heads), before, limit):
+                for key in names_before((key for key, *_ in heads), before, limit):
                     parked = self.load(key, allow_expired=allow_expired)
                     if parked is not None:
                         yield key, parked

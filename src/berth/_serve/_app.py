@@ -61,6 +61,8 @@ SECURITY_HEADERS = [
     (b"referrer-policy", b"no-referrer"),
     (b"cross-origin-opener-policy", b"same-origin"),
 ]
+_REPLACED = frozenset(name for name, _ in SECURITY_HEADERS)  # a handler's own values of these give way
+_NOT_CACHED = _REPLACED | {b"cache-control"}
 MAX_LIMIT_PAGE = 100
 MAX_LIMIT_API = 1000
 MAX_ANSWER_CHARS = 65536
@@ -89,9 +91,10 @@ class _SecurityHeaders:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = [h for h in message.get("headers", []) if h[0] not in {k for k, _ in SECURITY_HEADERS}]
+                replaced = _REPLACED if cached else _NOT_CACHED
+                headers = [h for h in message.get("headers", []) if h[0] not in replaced]
                 if not cached:
-                    headers = [h for h in headers if h[0] != b"cache-control"] + [(b"cache-control", b"no-store")]
+                    headers.append((b"cache-control", b"no-store"))
                 message["headers"] = headers + SECURITY_HEADERS
             await send(message)
 

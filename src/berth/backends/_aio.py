@@ -27,7 +27,7 @@ from typing import Any, NoReturn, TypeVar
 from berth._errors import BackendError, TokenMismatch
 from berth._token import Token
 from berth.backends import Backend, as_backend
-from berth.backends._bulk import FRAME_BATCH, Data, Frame, Head, sorted_names
+from berth.backends._bulk import FRAME_BATCH, Data, Frame, Head, names_before, sorted_names
 
 __all__ = ["DEFAULT_MAX_THREADS", "AsyncBackend", "ThreadedBackend", "expire", "sync_twin"]
 
@@ -85,8 +85,8 @@ class AsyncBackend:
         if before is None:
             names = [row[0] async for row in self.sorted_heads(prefix, 1, limit=limit, reverse=reverse)]
         else:
-            kept = [row[0] async for row in self.sorted_heads(prefix, 1, limit=None, reverse=reverse)]
-            names = [name for name in kept if name < before][:limit]
+            listed = [row[0] async for row in self.sorted_heads(prefix, 1, limit=None, reverse=reverse)]
+            names = list(names_before(listed, before, limit))
         for at in range(0, len(names), FRAME_BATCH):
             batch = names[at : at + FRAME_BATCH]
             for name, found in zip(batch, await self.get_many(batch), strict=True):

@@ -19,7 +19,18 @@ from typing import Any, TypeVar
 from berth._errors import FormatError, IntegrityError
 from berth._token import Token
 
-__all__ = ["FRAME_BATCH", "Data", "Frame", "Head", "Ordering", "bound", "ordered", "sorted_names", "upper_bound"]
+__all__ = [
+    "FRAME_BATCH",
+    "Data",
+    "Frame",
+    "Head",
+    "Ordering",
+    "bound",
+    "names_before",
+    "ordered",
+    "sorted_names",
+    "upper_bound",
+]
 
 Data = bytes | memoryview
 """What a backend reads back: bytes, or (a large frame) a view of the buffer it was read into,
@@ -62,6 +73,12 @@ def bound(prefix: str, before: str | None) -> str | None:
     if before is not None and (below is None or before < below):
         return before
     return below
+
+
+def names_before(names: Iterable[str], before: str | None, limit: int | None) -> Iterator[str]:
+    """`names`, already in order, that sort before `before` (all when None): the first `limit` of them."""
+    kept = names if before is None else (name for name in names if name < before)
+    return islice(kept, limit)
 
 
 def sorted_names(names: Iterable[_T], limit: int | None, reverse: bool) -> list[_T]:
