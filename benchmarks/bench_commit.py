@@ -5,7 +5,7 @@
 What the cancellation-safe commit point (a conditional delete run to its outcome however the
 caller is cancelled, berth._plan) costs when nobody cancels: each round parks `--calls` small
 envelopes (and answers their questions), then claims them one by one (`AsyncStore.claim`), and
-wakes as many answered runs one by one (`berth.aio.Coordinator.wake`). Prints the median over the
+wakes as many answered runs one by one (`berth.aio.AsyncCoordinator.wake`). Prints the median over the
 rounds of the microseconds per claim and per wake (the parks are not timed), in wall time and in
 this process's CPU time (user + system: what berth itself spends, which the load of a shared
 machine moves far less than wall time). PostgreSQL and Redis
@@ -82,7 +82,7 @@ async def one_round(url: str, calls: int, sealer: berth.Sealer) -> tuple[float, 
         questions = berth.aio.AsyncQuestionStore(store.backend, identity=identity, sealer=sealer)
     else:
         questions = berth.aio.open_questions(url, identity=identity, sealer=sealer)
-    coord = berth.aio.Coordinator(store, questions)
+    coord = berth.aio.AsyncCoordinator(store, questions)
     env = berth.Envelope(provider="p", model="m", config_digest="sha256:" + "0" * 64, provider_state={"x": 1})
     keys = [f"k/{i}" for i in range(calls)]
     for key in keys:

@@ -15,6 +15,7 @@ check as it is:
   - `stmt  # twin: sync REPLACEMENT` -- the sync module has REPLACEMENT instead of the statement
     (which may span lines; the marker ends its last line);
   - `stmt  # twin: async-only` -- the statement is left out of the sync module;
+  - inside brackets (a parameter, an argument), either marker is about its own line only;
   - `# twin: sync LINE` alone on its line -- LINE is in the sync module only, at the comment's indent;
   - `# twin: async-only` alone on its line, then `# twin: end` -- the lines between are left out.
 
@@ -55,7 +56,17 @@ class Twin:
     names: Mapping[str, str] = field(default_factory=dict)
 
 
-TWINS: tuple[Twin, ...] = ()
+_QUESTIONS = {
+    "AsyncBackend": "Backend",
+    "AsyncQuestionStore": "QuestionStore",
+    "AsyncStore": "Store",
+    "_aio_store": "_store",
+    "aclose": "close",
+    "arun": "run",
+    "berth.aio.open_questions": "berth.open_questions",
+}
+
+TWINS: tuple[Twin, ...] = (Twin("src/berth/_aio_questions.py", "src/berth/_questions.py", _QUESTIONS),)
 """Every generated module, sorted by target; paths relative to the repository's root."""
 
 SYNC_NAMES: Mapping[str, str] = {
@@ -118,7 +129,10 @@ def transform(source: str, names: Mapping[str, str] = {}, *, origin: str = "<sou
             what, rest = marker[1], marker[2].rstrip()
             alone = not line[:col].strip()
             if alone and logical is not None:
-                raise fail(row, f"`# twin: {what}` inside a statement: put it at the end of the statement's last line")
+                raise fail(row, f"`# twin: {what}` alone inside a statement: put it at the end of a line")
+            # A marker that ends a statement is about the statement; one inside brackets, about its line only.
+            first = row if alone or tokens[i + 1].type == tokenize.NL else logical
+            assert first is not None
             if what == "end":
                 if not alone or block is None:
                     raise fail(row, "`# twin: end` without an open `# twin: async-only` block")
@@ -132,17 +146,12 @@ def transform(source: str, names: Mapping[str, str] = {}, *, origin: str = "<sou
                 if alone:
                     block = row
                 else:
-                    assert logical is not None
-                    line_edits.append(_Edit(*line_range(logical, row), ""))
+                    line_edits.append(_Edit(*line_range(first, row), ""))
             elif what == "sync":
                 if not rest:
                     raise fail(row, "`# twin: sync` needs the sync code after it")
-                indent = line[: len(line) - len(line.lstrip())]
-                first = row if alone else logical
-                assert first is not None
-                if not alone:
-                    indent = source[starts[first - 1] :].split("\n", 1)[0]
-                    indent = indent[: len(indent) - len(indent.lstrip())]
+                head = source[slice(*line_range(first, first))]
+                indent = head[: len(head) - len(head.lstrip())]
                 line_edits.append(_Edit(*line_range(first, row), f"{indent}{rest}\n"))
             else:
                 raise fail(row, f"unknown marker `# twin: {what}` (sync, async-only, end)")

@@ -15,7 +15,7 @@ import pytest
 
 import berth
 import berth.aio
-from berth._questions import is_approval, read_text
+from berth._question_types import is_approval, read_text
 from berth.backends import open_backend
 from berth.testing import SECRET, FakeClock
 from tests.test_questions import Flaky

@@ -42,11 +42,19 @@ class AsyncThing:
         await asyncio.sleep(0)
         # twin: end
 
-    async def items(self, f: Callable[[], int]) -> AsyncIterator[int]:
+    async def items(
+        self,
+        f: Callable[[], int],
+        threads: int = 8,  # twin: async-only
+    ) -> AsyncIterator[int]:
         # twin: sync print("sync only")
         async with self:  # the AsyncThing itself; await nothing
             for x in [await arun(f), 2]:
                 yield x
+        print(
+            "one",
+            "two",  # twin: sync "zwei",
+        )
         await asyncio.sleep(0)  # twin: async-only
         self.seen = [y async for y in self.items(f)]
 '''
@@ -74,11 +82,18 @@ class Thing:
     def close(self) -> None:
         print("closing")
 
-    def items(self, f: Callable[[], int]) -> Iterator[int]:
+    def items(
+        self,
+        f: Callable[[], int],
+    ) -> Iterator[int]:
         print("sync only")
         with self:  # the Thing itself; await nothing
             for x in [run(f), 2]:
                 yield x
+        print(
+            "one",
+            "zwei",
+        )
         self.seen = [y for y in self.items(f)]
 '''
 
@@ -138,7 +153,7 @@ def test_check_fails_when_the_source_changed_and_the_twin_was_not_regenerated(pa
         ("# twin: async-only\nx = 1\n", "3: `# twin: async-only` block never closed"),
         ("x = 1\n# twin: end\n", "4: `# twin: end` without an open"),
         ("# twin: async-only\n# twin: sync y = 1\n# twin: end\n", "4: `# twin: sync` inside the async-only block"),
-        ("x = (\n    # twin: async-only\n    1,\n)\n", "4: `# twin: async-only` inside a statement"),
+        ("x = (\n    # twin: async-only\n    1,\n)\n", "4: `# twin: async-only` alone inside a statement"),
         ("x = 1  # twin: sync\n", "3: `# twin: sync` needs the sync code"),
     ],
 )

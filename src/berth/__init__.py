@@ -49,16 +49,8 @@ if TYPE_CHECKING:
     from berth._multi import MultiSealer
     from berth._notify import Webhook, verify_webhook
     from berth._plaintext import PlaintextSealer
-    from berth._questions import (
-        Answer,
-        AnswerRefused,
-        Decision,
-        InvalidAnswer,
-        Question,
-        QuestionStore,
-        ToolRequest,
-        open_questions,
-    )
+    from berth._question_types import Answer, AnswerRefused, Decision, InvalidAnswer, Question, ToolRequest
+    from berth._questions import QuestionStore, open_questions
     from berth._sealer import Sealer
     from berth._store import (
         Listing,

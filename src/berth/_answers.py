@@ -6,7 +6,7 @@ import re
 import unicodedata
 
 from berth._public import publish
-from berth._questions import Answer
+from berth._question_types import Answer
 from berth._text import FORMAT_CHARS
 
 __all__ = ["ANSWER_BEGIN", "ANSWER_END", "NO_ANSWER", "TRUNCATED", "frame_answer"]

@@ -25,7 +25,7 @@ from berth._errors import BackendError, BerthError, ConfigDrift, Expired, Invali
 from berth._keys import validate_key
 from berth._plan import Plan, call, commit, run
 from berth._public import publish
-from berth._questions import Answer, Question
+from berth._question_types import Answer, Question
 from berth._store import Store
 from berth._token import Token
 

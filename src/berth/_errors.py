@@ -2,13 +2,13 @@
 
     BerthError
     ├── TokenMismatch      the token no longer names the parked envelope (lost claim)
-    │   └── AnswerRefused  (berth._questions) an answer to a question that is not the pending one
+    │   └── AnswerRefused  (berth._question_types) an answer to a question that is not the pending one
     ├── Expired            the envelope is past its deadline; never resumed
     ├── IntegrityError     a frame cannot be opened as what it claims to be
     ├── FormatError        not a frame, or a frame of a newer format
     ├── ConfigDrift        the envelope was parked under another version/provider/model/config
     ├── InvalidKey         (also ValueError) a key or identity berth refuses
-    ├── InvalidAnswer      (berth._questions; also ValueError) an answer its question does not accept
+    ├── InvalidAnswer      (berth._question_types; also ValueError) an answer its question does not accept
     ├── InvalidEnvelope    (also ValueError) an envelope berth refuses to park
     ├── EnvelopeTooLarge   the encoded envelope exceeds the store's limit
     └── BackendError       the storage failed; the outcome of a write may be unknown

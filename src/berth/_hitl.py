@@ -43,7 +43,8 @@ from berth._envelope import Envelope, check_resumable
 from berth._errors import InvalidEnvelope, where
 from berth._keys import validate_key
 from berth._plan import InThreads, Plan, arun, call, run
-from berth._questions import Answer, Decision, Question, QuestionStore, ToolRequest, read_text
+from berth._question_types import Answer, Decision, Question, ToolRequest, read_text
+from berth._questions import QuestionStore
 from berth._store import Store
 
 __all__ = [

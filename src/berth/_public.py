@@ -29,10 +29,8 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "berth._multi": ("MultiSealer",),
     "berth._notify": ("Webhook", "verify_webhook"),
     "berth._plaintext": ("PlaintextSealer",),
-    "berth._questions": (
-        "Answer", "AnswerRefused", "Decision", "InvalidAnswer", "Question", "QuestionStore", "ToolRequest",
-        "open_questions",
-    ),
+    "berth._question_types": ("Answer", "AnswerRefused", "Decision", "InvalidAnswer", "Question", "ToolRequest"),
+    "berth._questions": ("QuestionStore", "open_questions"),
     "berth._sealer": ("Sealer",),
     "berth._store": (
         "Listing", "Parked", "PlaintextWarning", "ResealReport", "Store", "load_checkpoint", "open_store",
