@@ -593,7 +593,7 @@ def _called_name(node: ast.AST | None) -> str | None:
     return node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else None
 
 
-def _ad_hoc_mappers(path: Path) -> list[str]:
+def _ad_hoc_mappers(path: Path, where: str) -> list[str]:
     """Where a backend module maps a client error by hand instead of through its `ErrorMap`."""
     tree = ast.parse(path.read_text())
     errors = _berth_error_names(tree)
@@ -603,16 +603,19 @@ def _ad_hoc_mappers(path: Path) -> list[str]:
         # (`from None`, an error that hides a bad input's details, is not a mapping).
         if isinstance(node, ast.Raise) and _called_name(node.exc) in errors:
             if node.cause is not None and not (isinstance(node.cause, ast.Constant) and node.cause.value is None):
-                found.append((node.lineno, f"{path.name}:{node.lineno}: raise {_called_name(node.exc)}(...) from ..."))
+                found.append((node.lineno, f"{where}:{node.lineno}: raise {_called_name(node.exc)}(...) from ..."))
         # `return BackendError(...)` in a helper: an error made for a caller to raise (`_oserror`, ...)
         if isinstance(node, ast.Return) and _called_name(node.value) in errors:
-            found.append((node.lineno, f"{path.name}:{node.lineno}: return {_called_name(node.value)}(...)"))
+            found.append((node.lineno, f"{where}:{node.lineno}: return {_called_name(node.value)}(...)"))
     return [text for _, text in sorted(found)]
+
+
+_TABLES = ("_ERRORS", "ERRORS")  # a one-module backend's own table; a package's, shared by its modules
 
 
 def _declares_its_table(tree: ast.Module) -> bool:
     for node in tree.body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["_ERRORS"]:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] in ([n] for n in _TABLES):
             return _called_name(node.value) == "ErrorMap"
     return False
 
@@ -622,25 +625,35 @@ def _uses_its_table(tree: ast.Module) -> bool:
         isinstance(node, ast.Attribute)
         and node.attr in ("error", "mapped", "catches")
         and isinstance(node.value, ast.Name)
-        and node.value.id == "_ERRORS"
+        and node.value.id in _TABLES
         for node in ast.walk(tree)
     )
 
 
+def _backend_units(backends: Path) -> list[tuple[str, list[Path]]]:
+    """Each backend as the modules it is made of: a module, or a package (`redis/`) and all of its modules."""
+    units = [(path.name, [path]) for path in sorted(backends.glob("*.py"))]
+    for package in sorted(p for p in backends.iterdir() if (p / "__init__.py").is_file()):
+        units.append((package.name + "/", sorted(package.rglob("*.py"))))
+    return units
+
+
 def _table_problems(backends: Path) -> list[str]:
     problems = []
-    for path in sorted(backends.glob("*.py")):
-        if path.name in ("_errmap.py", "__init__.py"):
+    for label, paths in _backend_units(backends):
+        if label in ("_errmap.py", "__init__.py"):
             continue  # the table itself; the base class and registry, whose errors are an import's, not a client's
-        problems += _ad_hoc_mappers(path)
-        tree = ast.parse(path.read_text())
-        catches = any(isinstance(node, ast.ExceptHandler) for node in ast.walk(tree))
-        if path.name.startswith("_") or not catches:
+        trees = []
+        for path in paths:
+            problems += _ad_hoc_mappers(path, path.relative_to(backends).as_posix())
+            trees.append(ast.parse(path.read_text()))
+        catches = any(isinstance(node, ast.ExceptHandler) for tree in trees for node in ast.walk(tree))
+        if label.startswith("_") or not catches:
             continue  # private helpers, and a backend with no client to fail (memory://)
-        if not _declares_its_table(tree):
-            problems.append(f"{path.name}: declares no `_ERRORS = ErrorMap(...)` table at module level")
-        elif not _uses_its_table(tree):
-            problems.append(f"{path.name}: declares `_ERRORS` but never maps through it")
+        if not any(_declares_its_table(tree) for tree in trees):
+            problems.append(f"{label}: declares no `_ERRORS = ErrorMap(...)` table at module level")
+        elif not any(_uses_its_table(tree) for tree in trees):
+            problems.append(f"{label}: declares `_ERRORS` but never maps through it")
     return problems
 
 
@@ -671,3 +684,23 @@ def test_the_table_check_finds_a_hand_made_mapper(tmp_path: Path) -> None:
         "adhoc.py:8: raise Failed(...) from ...",
         "adhoc.py: declares no `_ERRORS = ErrorMap(...)` table at module level",
     ]
+    # a package backend: one table for all of its modules, a hand-made mapper in any of them found
+    (tmp_path / "adhoc.py").unlink()
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "_wire.py").write_text(
+        "from berth.backends._errmap import ErrorMap, Row\nERRORS = ErrorMap('pkg', [Row(OSError)])\n"
+    )
+    (package / "_sync.py").write_text(
+        "from berth._errors import BackendError\nfrom berth.backends.pkg._wire import ERRORS\n"
+        "def get(name):\n    try:\n        return open(name)\n"
+        "    except ERRORS.catches as exc:\n        raise ERRORS.error(exc, 'get', name) from exc\n"
+    )
+    assert _table_problems(tmp_path) == []
+    (package / "_async.py").write_text(
+        "from berth._errors import BackendError\n"
+        "async def get(name):\n    try:\n        return open(name)\n"
+        "    except OSError as exc:\n        raise BackendError(str(exc)) from exc\n"
+    )
+    assert _table_problems(tmp_path) == ["pkg/_async.py:6: raise BackendError(...) from ..."]

@@ -25,8 +25,7 @@ from tests.conftest import require, unavailable
 from tests.reliability._proxy import FaultProxy
 
 redis = require("redis", "Redis")
-from berth.backends import redis as redis_backend  # noqa: E402
-from berth.backends.redis import AsyncRedisBackend, DurabilityWarning, RedisBackend  # noqa: E402
+from berth.backends.redis import AsyncRedisBackend, DurabilityWarning, RedisBackend, _sync, _wire  # noqa: E402
 
 pytestmark = pytest.mark.redis
 
@@ -95,7 +94,7 @@ def _sealed_store(backend: RedisBackend, identity: str = "rd") -> berth.Store:
 @pytest.fixture
 def unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Forget which servers this process has already checked, so the next open checks again."""
-    monkeypatch.setattr(redis_backend, "_checked_servers", set())
+    monkeypatch.setattr(_sync, "_checked_servers", set())
 
 
 def _persistence(url: str) -> dict[str, str]:
@@ -558,7 +557,7 @@ def test_deletes_in_one_pipeline_each_run_once_while_scripts_are_flushed(own_red
 
     def delete_all(round_: int, call: Callable[[list[tuple[str, berth.Token]]], list[bool]]) -> None:
         items = [(name, plain.put(name, b"v")) for name in (f"i/{round_}/{n:04d}" for n in range(1000))]
-        admin.script_load(redis_backend._DELETE)  # cached as the pipeline starts; flushed while it runs
+        admin.script_load(_wire.DELETE)  # cached as the pipeline starts; flushed while it runs
         flushing.set()
         try:
             if waiting:  # no replica here: the deletes happen, then the missing ack is reported
@@ -625,7 +624,7 @@ class _Flaky:
 @pytest.fixture
 def no_pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     pauses: list[float] = []
-    monkeypatch.setattr(redis_backend.time, "sleep", pauses.append)
+    monkeypatch.setattr(_sync.time, "sleep", pauses.append)
     return pauses
 
 

@@ -1,0 +1,85 @@
+"""The async Redis backend's lean pool (berth/backends/redis/_pool.py) against the installed redis-py.
+
+`LeanPool` subclasses `redis.asyncio.ConnectionPool` and writes two of its private fields. These
+tests need no server: they fail, naming the field and the version, the day a redis-py release
+moves or retypes what the pool relies on (pyproject caps redis below its next major meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import require
+
+require("redis", "Redis")
+import redis  # noqa: E402
+import redis.asyncio  # noqa: E402
+
+from berth.backends.redis._pool import PRIVATE_FIELDS, LeanPool  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CHANGED = "redis-py {version} changed {field}; berth's lean pool (berth/backends/redis/_pool.py) needs updating"
+
+
+class _Conn:
+    """A stand-in connection: what the pool and redis-py's own `disconnect` call on one."""
+
+    def __init__(self) -> None:
+        self.is_connected = True
+        self.closed = 0
+
+    async def can_read_destructive(self) -> bool:
+        return False
+
+    can_read = can_read_destructive
+
+    async def disconnect(self, *args: Any, **kwargs: Any) -> None:
+        self.closed += 1
+
+
+def test_redis_py_still_has_the_private_fields_the_lean_pool_writes() -> None:
+    stock = redis.asyncio.ConnectionPool()
+    for field, types in PRIVATE_FIELDS.items():
+        assert hasattr(stock, field), CHANGED.format(version=redis.__version__, field=f"{field} (gone)")
+        value = getattr(stock, field)
+        assert isinstance(value, types), CHANGED.format(
+            version=redis.__version__, field=f"{field} (now a {type(value).__name__}, was one of {types})"
+        )
+    assert isinstance(stock.max_connections, int), CHANGED.format(version=redis.__version__, field="max_connections")
+    for method in ("make_connection", "disconnect", "get_connection", "release"):
+        assert callable(getattr(stock, method, None)), CHANGED.format(version=redis.__version__, field=method)
+    conn_class = redis.asyncio.Connection
+    assert hasattr(conn_class, "can_read") or hasattr(conn_class, "can_read_destructive"), CHANGED.format(
+        version=redis.__version__, field="Connection.can_read / can_read_destructive"
+    )
+
+
+def test_redis_py_reads_the_connections_the_lean_pool_keeps() -> None:
+    # The fields are the ones redis-py's own pool code reads: its `disconnect` (what the client's
+    # aclose runs) closes a connection the lean pool holds idle and one it has lent out.
+    async def run() -> None:
+        pool = LeanPool(max_connections=2)
+        idle, lent = _Conn(), _Conn()
+        pool._in_use_connections.update((idle, lent))  # type: ignore[arg-type]
+        pool.give(idle)
+        assert await pool.take() is idle and (pool.give(idle) is None)
+        await pool.disconnect()
+        assert (idle.closed, lent.closed) == (1, 1), CHANGED.format(
+            version=redis.__version__, field="the connections ConnectionPool.disconnect reads"
+        )
+
+    asyncio.run(run())
+
+
+def test_redis_is_capped_below_the_next_major() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for extra in ("redis", "hiredis"):
+        spec = next(r for r in project["optional-dependencies"][extra] if r.startswith("redis"))
+        cap = re.search(r"<\s*(\d+)", spec)
+        assert cap, f"the {extra} extra must cap redis below its next major (the lean pool writes private fields)"
+        installed = int(redis.__version__.split(".")[0])
+        assert installed < int(cap.group(1)), CHANGED.format(version=redis.__version__, field="its major version")
