@@ -2,7 +2,8 @@
 
 Built on click (explicit, stable, and it lets one place own every error and exit
 code) with rich for tables and progress bars. Exit codes: 0 success, 1 refused
-(expired, lost claim, tampered, nothing parked), 2 bad usage or configuration.
+(expired, lost claim, tampered, nothing parked), 2 bad usage or configuration,
+69 backend unreachable (docs/cli.md has the whole table).
 Every failure is one line on stderr naming the identity and key; `BERTH_DEBUG=1`
 adds the traceback.
 

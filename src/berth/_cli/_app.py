@@ -15,6 +15,7 @@ from berth._cli._failures import (
     OK,
     PIPE_CLOSED,
     REFUSED,
+    UNAVAILABLE,
     USAGE,
     Failure,
     PipeClosed,
@@ -22,6 +23,7 @@ from berth._cli._failures import (
     one_line,
     show_warning,
     terminal_columns,
+    unreachable,
 )
 from berth._cli._settings import Settings
 from berth._errors import where
@@ -161,8 +163,11 @@ class Group(click.Group):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
-        """Run the command line; exits with 0, 1 or 2 unless `standalone_mode=False`."""
+        """Run the command line; exits with a code of docs/cli.md's table unless `standalone_mode=False`."""
         settings = extra.pop("obj", None) or Settings()
+        argv = list(sys.argv[1:] if args is None else args)
+        # asked for JSON: every outcome is a JSON document on stdout, a failure too (see _run)
+        settings.json_out = bool({"--json", "--jsonl"} & set(argv[: argv.index("--") if "--" in argv else None]))
         # The help's width, as click works it out, but without its `import shutil` (and bz2, lzma).
         extra.setdefault("terminal_width", max(min(terminal_columns(), CONTEXT["max_content_width"]) - 2, 50))
         with warnings.catch_warnings():
@@ -195,8 +200,21 @@ class Group(click.Group):
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
-        """Remember the command path for error messages."""
-        name, cmd, rest = super().resolve_command(ctx, args)
+        """Remember the command path for error messages; suggest the nearest command for a mistyped one."""
+        try:
+            name, cmd, rest = super().resolve_command(ctx, args)
+        except click.UsageError:
+            typed = click.utils.make_str(args[0]) if args else ""
+            if typed.startswith("-") or self.get_command(ctx, typed) is not None:
+                raise
+            import difflib  # only on this error path
+
+            near = difflib.get_close_matches(typed, self.list_commands(ctx), n=1, cutoff=0.6)
+            if not near:
+                raise
+            raise click.UsageError(
+                f"No such command {typed!r}: did you mean `{ctx.command_path} {near[0]}`?", ctx
+            ) from None
         if cmd is not None:
             ctx.ensure_object(Settings).command = f"{ctx.command_path} {cmd.name}"
         return name, cmd, rest
@@ -207,18 +225,21 @@ def _debug() -> bool:
 
 
 def _run(settings: Settings, fn: Callable[[], Any]) -> int:
-    def fail(message: str, code: int) -> int:
+    def fail(message: str, code: int, *, reported: bool = False) -> int:
         if _debug():
             import traceback
 
             traceback.print_exc()
-        click.echo(f"{settings.command}: {one_line(message)}", err=True)
+        line = one_line(message)
+        click.echo(f"{settings.command}: {line}", err=True)
+        if settings.json_out and not reported:
+            _json_failure(settings, line, code)
         return code
 
     try:
         rv = fn()
     except Failure as exc:
-        return fail(str(exc), exc.code)
+        return fail(str(exc), exc.code, reported=exc.reported)
     except click.exceptions.NoArgsIsHelpError as exc:  # bare `berth` or `berth keys`: the help, as usual
         click.echo(exc.format_message())
         return USAGE
@@ -233,7 +254,7 @@ def _run(settings: Settings, fn: Callable[[], Any]) -> int:
     except (berth.InvalidKey, berth.InvalidEnvelope, berth.InvalidAnswer) as exc:
         return fail(_named(settings, exc), USAGE)
     except berth.BerthError as exc:
-        return fail(_named(settings, exc), REFUSED)
+        return fail(_named(settings, exc), UNAVAILABLE if unreachable(exc) else REFUSED)
     except (BrokenPipeError, PipeClosed):
         # The reader went away (`berth ls | head -1`): end quietly, with the status of a program that
         # SIGPIPE ended, and point stdout at /dev/null so the final flush at exit cannot fail again.
@@ -242,11 +263,36 @@ def _run(settings: Settings, fn: Callable[[], Any]) -> int:
         os.close(devnull)
         return PIPE_CLOSED
     except Exception as exc:
+        if unreachable(exc):
+            return fail(f"{where(settings.who)}: the backend is unreachable: {type(exc).__name__}: {exc}", UNAVAILABLE)
         return fail(
             f"internal error: {type(exc).__name__}: {exc} ({where(settings.who)}; BERTH_DEBUG=1 shows the traceback)",
             REFUSED,
         )
     return rv if isinstance(rv, int) else OK
+
+
+_OUTCOMES = {REFUSED: "refused", USAGE: "usage", UNAVAILABLE: "unavailable", 130: "aborted"}
+
+
+def _json_failure(settings: Settings, message: str, code: int) -> None:
+    """The failure as one JSON object on stdout, for a command run with `--json` or `--jsonl`.
+
+    stdout may already hold part of a streamed document (`ls --json` failing midway): the object
+    starts on a line of its own, so a reader of `--jsonl` still gets whole lines.
+    """
+    import json
+
+    doc = {
+        "ok": False,
+        "error": _OUTCOMES.get(code, "failed"),
+        "exit_code": code,
+        "message": message,
+        "command": settings.command,
+        "identity": settings.who,
+        "key": settings.key,
+    }
+    click.echo(json.dumps(doc))
 
 
 def _named(settings: Settings, exc: berth.BerthError) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import quote
 
 import berth
+from berth._cli._failures import counted
 from berth._cli._output import ListingTable, deadline_text, listing_cells
 from berth._cli._store_cmds import verify_one
 from berth._redact import redact_url
@@ -342,7 +343,7 @@ def _run(n: Narrator, s: Setup) -> None:
         expired = [i.key for i in store.list() if i.deadline and datetime.now(timezone.utc) > i.deadline]
         swept = store.sweep()
         questions.sweep()
-        n.say(f"   removed {swept} expired envelope{'s' if swept != 1 else ''}: {', '.join(expired) or '-'}")
+        n.say(f"   removed {counted(swept, 'expired envelope')}: {', '.join(expired) or '-'}")
         wake = coordinator.wake(key)
         n.say(f"   wake {key}: {wake.decision.name} ({wake.reason})")
         n.check(

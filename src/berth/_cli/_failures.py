@@ -16,19 +16,37 @@ __all__ = [
     "REFUSED",
     "USAGE",
     "Failure",
+    "UNAVAILABLE",
     "PipeClosed",
     "bad_usage",
+    "counted",
     "log_to_stderr",
     "one_line",
     "refuse",
     "show_warning",
     "terminal_columns",
+    "unreachable",
     "warn",
 ]
 
 OK, REFUSED, USAGE = 0, 1, 2
 PIPE_CLOSED = 128 + 13
 """A closed pipe ends a command as SIGPIPE (13) ends one: the shell's 141, not 1 (`refused`)."""
+UNAVAILABLE = 69
+"""The backend could not be reached (a server down, a refused connection, a timeout): sysexits'
+EX_UNAVAILABLE, so a script can retry it and never mistake it for a refusal such as a lost claim."""
+
+# Client errors that mean "could not reach the server", by module and class name: the CLI never
+# imports a client library to recognise its errors.
+_UNREACHABLE = {
+    ("psycopg", "OperationalError"),  # connection refused or failed, server gone; PoolTimeout is one
+    ("redis.exceptions", "ConnectionError"),
+    ("redis.exceptions", "TimeoutError"),
+    ("botocore.exceptions", "EndpointConnectionError"),
+    ("botocore.exceptions", "ConnectTimeoutError"),
+    ("google.auth.exceptions", "TransportError"),
+    ("google.api_core.exceptions", "ServiceUnavailable"),
+}
 
 
 class PipeClosed(Exception):
@@ -36,21 +54,30 @@ class PipeClosed(Exception):
 
 
 class Failure(Exception):
-    """A one-line refusal (exit 1) or usage/configuration error (exit 2)."""
+    """A one-line refusal (exit 1) or usage/configuration error (exit 2).
 
-    def __init__(self, message: str, code: int = REFUSED):
+    `reported`: the command already printed its `--json` document, which tells this outcome.
+    """
+
+    def __init__(self, message: str, code: int = REFUSED, *, reported: bool = False):
         super().__init__(message)
         self.code = code
+        self.reported = reported
 
 
-def refuse(message: str) -> NoReturn:
-    """Stop with exit code 1 and a one-line message."""
-    raise Failure(message, REFUSED)
+def refuse(message: str, *, reported: bool = False) -> NoReturn:
+    """Stop with exit code 1 and a one-line message (`reported`: the `--json` document told it already)."""
+    raise Failure(message, REFUSED, reported=reported)
 
 
 def bad_usage(message: str) -> NoReturn:
     """Stop with exit code 2 and a one-line message."""
     raise Failure(message, USAGE)
+
+
+def counted(n: int, noun: str) -> str:
+    """`1 envelope`, `90,000 envelopes`: the one number format of every human-readable line (separators always)."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def warn(message: str) -> None:
@@ -91,6 +118,25 @@ def log_to_stderr() -> Iterator[None]:
     finally:
         logger.removeHandler(handler)
         logger.propagate = saved
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it was raised from, says the backend could not be reached."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (ConnectionError, TimeoutError)):
+            return True
+        for kind in type(current).__mro__:
+            module = kind.__module__
+            if any(
+                kind.__name__ == name and (module == root or module.startswith(root + "."))
+                for root, name in _UNREACHABLE
+            ):
+                return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def terminal_columns() -> int:

@@ -11,7 +11,7 @@ import click
 
 import berth
 from berth._cli._app import CONTEXT, Group, cli, output_options
-from berth._cli._failures import bad_usage, refuse, warn
+from berth._cli._failures import bad_usage, counted, refuse, warn
 from berth._cli._output import emit_json, print_fields
 from berth._cli._settings import load_keyring
 
@@ -42,7 +42,7 @@ def _print_keyring(doc: dict[str, Any]) -> None:
         ("keyring", doc["path"]),
         ("mode", doc["mode"] or "?"),
         ("primary", doc["primary"]),
-        ("keys", f"{len(doc['key_ids'])}: " + ", ".join(doc["key_ids"])),
+        ("keys", f"{len(doc['key_ids']):,}: " + ", ".join(doc["key_ids"])),
     ]
     for kid, material in doc.get("keys", {}).items():
         rows.append((f"key {kid}", material))
@@ -90,7 +90,8 @@ def keys_rotate(path: str, out: str | None) -> None:
         emit_json(_keyring_doc(path, ring, False))
     else:
         click.echo(
-            f"rotated {path}: new primary {ring.primary}, {len(ring)} keys; `berth reseal` moves parked frames to it"
+            f"rotated {path}: new primary {ring.primary}, {counted(len(ring), 'key')}; "
+            "`berth reseal` moves parked frames to it"
         )
 
 

@@ -118,9 +118,9 @@ def size_text(n: int) -> str:
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+            return f"{n:,} B" if unit == "B" else f"{value:,.1f} {unit}"
         value /= 1024
-    return f"{n} B"  # pragma: no cover
+    return f"{n:,} B"  # pragma: no cover
 
 
 def labels_text(labels: Any, *, human: bool = False) -> str:

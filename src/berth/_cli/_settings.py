@@ -51,6 +51,8 @@ class Settings:
     witness: str | None = None
     command: str = "berth"
     key: str | None = None
+    json_out: bool = False
+    """The command was asked for `--json` or `--jsonl`: a failure is a JSON object on stdout too."""
     _stores: list[Any] = field(default_factory=list)
     _sealer: berth.Sealer | None = None
 

@@ -13,7 +13,7 @@ import click
 
 import berth
 from berth._cli._app import CONTEXT, cli, output_options, store_options
-from berth._cli._failures import bad_usage, one_line, refuse, warn
+from berth._cli._failures import bad_usage, counted, one_line, refuse, warn
 from berth._cli._output import (
     ago,
     console,
@@ -142,7 +142,7 @@ def _header_rows(item: berth.Listing, at: datetime) -> list[tuple[str, str]]:
             "deadline",
             "none" if item.deadline is None else f"{local(item.deadline)} ({deadline_text(item.deadline, at)})",
         ),
-        ("size", f"{size_text(item.size)} ({item.size} bytes)"),
+        ("size", f"{size_text(item.size)} ({counted(item.size, 'byte')})"),
         ("sealed by", item.sealed_by),
         ("labels", labels_text(item.labels) or "-"),
     ]
@@ -425,8 +425,8 @@ def sweep_cmd(settings: Settings, dry_run: bool, out: str | None) -> None:
         return
     verb = "would remove" if dry_run else "removed"
     click.echo(
-        f"{verb} {len(keys)} expired envelope{'s' if len(keys) != 1 else ''} for {where(store.identity)}"
-        + (f" and {dropped} question{'s' if dropped != 1 else ''}" if dropped else "")
+        f"{verb} {counted(len(keys), 'expired envelope')} for {where(store.identity)}"
+        + (f" and {counted(dropped, 'question')}" if dropped else "")
     )
     for key in keys:
         click.echo(f"  {terminal_safe(key)}")
@@ -460,13 +460,14 @@ def reseal_cmd(settings: Settings, accept_plaintext: bool, out: str | None) -> N
     else:
         sealed_by = f"{store.sealer.name}:{store.sealer.key_id}"
         click.echo(
-            f"resealed {moved} envelope{'s' if moved != 1 else ''} for {where(store.identity)} under {sealed_by}"
-            + (f"; {skipped} changed meanwhile" if skipped else "")
-            + (f"; {failed} did not open" if failed else "")
+            f"resealed {counted(moved, 'envelope')} for {where(store.identity)} under {sealed_by}"
+            + (f"; {skipped:,} changed meanwhile" if skipped else "")
+            + (f"; {failed:,} did not open" if failed else "")
         )
     if failed:
         refuse(
-            f"{failed} frame{'s' if failed != 1 else ''} of {where(store.identity)} did not open: run `berth verify`"
+            f"{counted(failed, 'frame')} of {where(store.identity)} did not open: run `berth verify`",
+            reported=out == "json",
         )
 
 
@@ -531,7 +532,7 @@ def verify_cmd(settings: Settings, out: str | None) -> None:
     elif out is None:
         for p in problems:
             click.echo(f"{p['status'].replace('_', ' '):<11} {terminal_safe(p['key'])}: {one_line(p['error'])}")
-        summary = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n or s in ("ok", "tampered"))
+        summary = ", ".join(f"{n:,} {s.replace('_', ' ')}" for s, n in counts.items() if n or s in ("ok", "tampered"))
         click.echo(f"{where(store.identity)}: {summary}")
     # A frame's key id is in its cleartext header, which only the seal authenticates: "sealed
     # under a key we lack" may be a rewritten header. Whatever it claims, a frame that does not
@@ -539,8 +540,9 @@ def verify_cmd(settings: Settings, out: str | None) -> None:
     bad = counts["tampered"] + counts["unreadable"] + counts["unknown_key"]
     if bad:
         refuse(
-            f"{bad} frame{'s' if bad != 1 else ''} of {where(store.identity)} did not open "
-            "(tampered, unreadable, or sealed under a key id the sealer does not hold)"
+            f"{counted(bad, 'frame')} of {where(store.identity)} did not open "
+            "(tampered, unreadable, or sealed under a key id the sealer does not hold)",
+            reported=out is not None,  # the report, or a line per frame, told it
         )
 
 
@@ -586,7 +588,7 @@ def audit_cmd(settings: Settings, adopt: bool, acknowledge: tuple[str, ...], out
     store = settings.open(keys=True)
     adopted = store.adopt() if adopt else None
     if adopted is not None and out != "json":
-        click.echo(f"{where(store.identity)}: {adopted} frame{'s' if adopted != 1 else ''} adopted by the witness")
+        click.echo(f"{where(store.identity)}: {counted(adopted, 'frame')} adopted by the witness")
     acknowledged = [key for key in acknowledge if store.acknowledge(key)]
     if acknowledge and out != "json":
         for key in acknowledge:
@@ -603,8 +605,8 @@ def audit_cmd(settings: Settings, adopt: bool, acknowledge: tuple[str, ...], out
         for kind in (*kinds, "unsettled"):
             for key in getattr(report, kind):
                 click.echo(f"{kind:<9} {terminal_safe(key)}")
-        found = ", ".join(f"{len(getattr(report, k))} {k}" for k in kinds)
-        click.echo(f"{where(store.identity)}: {report.checked} keys checked; {found}")
+        found = ", ".join(f"{len(getattr(report, k)):,} {k}" for k in kinds)
+        click.echo(f"{where(store.identity)}: {counted(report.checked, 'key')} checked; {found}")
     if not report.ok:
         bad = sum(len(getattr(report, k)) for k in kinds)
-        refuse(f"{bad} key{'s' if bad != 1 else ''} of {where(store.identity)} disagree with the witness")
+        refuse(f"{counted(bad, 'key')} of {where(store.identity)} disagree with the witness", reported=out == "json")
