@@ -66,7 +66,18 @@ _QUESTIONS = {
     "berth.aio.open_questions": "berth.open_questions",
 }
 
-TWINS: tuple[Twin, ...] = (Twin("src/berth/_aio_questions.py", "src/berth/_questions.py", _QUESTIONS),)
+_COORDINATOR = {
+    "AsyncCoordinator": "Coordinator",
+    "AsyncQuestionsLike": "QuestionsLike",
+    "AsyncStore": "Store",
+    "_aio_store": "_store",
+    "arun": "run",
+}
+
+TWINS: tuple[Twin, ...] = (
+    Twin("src/berth/_aio_coordinator.py", "src/berth/_coordinator.py", _COORDINATOR),
+    Twin("src/berth/_aio_questions.py", "src/berth/_questions.py", _QUESTIONS),
+)
 """Every generated module, sorted by target; paths relative to the repository's root."""
 
 SYNC_NAMES: Mapping[str, str] = {

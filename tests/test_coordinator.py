@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import berth
-from berth._coordinator import QUESTION_LABEL
+from berth._coordinator_core import QUESTION_LABEL
 from berth.testing import SECRET, FakeClock, make_envelope
 from tests import test_questions as shared
 from tests.test_questions import IDENTITY, REPLY, Flaky, assert_clean, flaky, with_query
@@ -655,3 +655,45 @@ def test_a_hosts_question_store_failing_its_own_way_rearms(backends: Callable[[]
     assert wake.decision is REARM and isinstance(wake.error, berth.BackendError)
     assert isinstance(wake.error.__cause__, TimeoutError) and KEY in str(wake.error)
     assert parked(coordinator) is not None
+
+
+def test_the_sync_and_async_coordinators_are_twins() -> None:
+    # The hand-written twins had drifted (issue 33): the async coordinator had no `validate`, read
+    # `default_deadline` only, held a whole sync Coordinator for its plans, and its repr left out the
+    # deadline. Both now hold a CoordinatorCore; the sync one is generated from the async one.
+    import berth.aio
+
+    def face(cls: type) -> set[str]:
+        return {name for name in dir(cls) if not name.startswith("_")}
+
+    assert face(berth.aio.AsyncCoordinator) == face(berth.Coordinator) == {
+        "default_deadline", "identity", "suspend", "validate", "wake"
+    }  # fmt: skip
+    assert berth.aio.Coordinator is berth.aio.AsyncCoordinator  # the first name, the same class
+
+    def check(envelope: berth.Envelope) -> None:
+        raise berth.ConfigDrift("drifted")
+
+    url = f"memory://twins-{uuid.uuid4().hex}"
+    plain = berth.PlaintextSealer()
+    sync = berth.Coordinator(
+        berth.open_store(url, identity=IDENTITY, sealer=plain),
+        berth.open_questions(url, identity=IDENTITY, sealer=plain),
+        default_deadline=timedelta(hours=1),
+        validate=check,
+    )
+    awaited = berth.aio.AsyncCoordinator(
+        berth.aio.open_store(url, identity=IDENTITY, sealer=plain),
+        berth.aio.open_questions(url, identity=IDENTITY, sealer=plain),
+        default_deadline=timedelta(hours=1),
+        validate=check,
+    )
+    for coordinator in (sync, awaited):
+        assert coordinator.validate is check and coordinator.default_deadline == timedelta(hours=1)
+        assert coordinator.identity == IDENTITY
+        assert repr(coordinator).endswith("default_deadline=datetime.timedelta(seconds=3600))")
+        assert not isinstance(vars(coordinator).get("core"), berth.Coordinator)  # a core, never the sync shell
+        coordinator.default_deadline = timedelta(hours=2)
+        assert coordinator.core.default_deadline == timedelta(hours=2)
+    with pytest.raises(TypeError, match="default_deadline must be a timedelta"):
+        berth.aio.AsyncCoordinator(awaited.store, awaited.questions, default_deadline=3600)  # type: ignore[arg-type]

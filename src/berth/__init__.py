@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from berth._answers import frame_answer
     from berth._checkpoint_store import checkpoint_store
     from berth._config import sealer_from_env
-    from berth._coordinator import Coordinator, Wake, WakeDecision
+    from berth._coordinator import Coordinator
+    from berth._coordinator_core import Wake, WakeDecision
     from berth._envelope import (
         ENVELOPE_VERSION,
         Envelope,

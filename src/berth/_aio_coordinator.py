@@ -1,101 +1,149 @@
-"""`berth.aio.AsyncCoordinator`: suspend and wake, awaited (`berth.aio.Coordinator` is the same class).
+"""`AsyncCoordinator`: suspend and wake, awaited, over `CoordinatorCore`'s plans (also `berth.aio.Coordinator`).
 
-It awaits the plans (`berth._plan`) of the coordinator's protocol -- suspend and wake, written once
-as generators of store and question-store steps -- against an `AsyncStore` and an async question store.
-"""
+Every decision is `berth._coordinator_core.CoordinatorCore`'s; this shell runs its plans against an
+envelope store and a question store. The sync `berth.Coordinator` (`berth._coordinator`) is
+generated from this module by scripts/twin.py: change this one and run the script.
+"""  # twin: sync """`Coordinator`: suspend and wake over `CoordinatorCore`'s plans (generated: see its source)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from berth._aio_store import AsyncStore
-from berth._coordinator import Coordinator as SyncCoordinator
-from berth._coordinator import Wake
+from berth._coordinator_core import AsyncQuestionsLike, CoordinatorCore, Wake
 from berth._envelope import Envelope
 from berth._plan import arun
-from berth._question_types import Answer, Question
 
-__all__ = ["AsyncCoordinator", "AsyncQuestionsLike", "Coordinator"]
+# twin: sync from berth._public import publish
 
-
-class AsyncQuestionsLike(Protocol):
-    """What the async coordinator needs of a question store (`berth.aio.AsyncQuestionStore` is one):
-    `berth.QuestionsLike`'s methods, awaited."""
-
-    async def ask(
-        self, key: str, prompt: str, *, run_id: str, question_id: str, deadline: datetime | None = None
-    ) -> Question:
-        """Ask a human `prompt` about the run under `key`, under exactly `question_id`."""
-        ...
-
-    async def pending(self, key: str) -> Question | None:
-        """The question pending under `key`."""
-        ...
-
-    async def answer(self, key: str) -> Answer | None:
-        """The answer to the question pending under `key`."""
-        ...
-
-    async def consume(self, key: str, question_id: str) -> bool:
-        """Remove question `question_id` under `key` if it is still pending."""
-        ...
+__all__ = ["AsyncCoordinator", "Coordinator"]  # twin: sync __all__ = ["Coordinator"]
 
 
 class AsyncCoordinator:
-    """`berth.Coordinator` awaited: `await suspend(...)`, `await wake(...)`, the same protocol and decisions.
+    """The suspend/wake protocol over an envelope store and a question store.
 
-    Safe to share between the tasks of one event loop; any number of coordinators,
-    sync or async, in any number of processes, may wake the same keys.
+    Safe to share (between threads, or between the tasks of one event loop for `berth.aio`'s); any
+    number of coordinators, sync or async, in any number of processes and hosts, may wake the same
+    keys: exactly one resumes each parked run.
     """
 
     def __init__(
         self,
         store: AsyncStore,
-        questions: Any,
+        questions: AsyncQuestionsLike,
         *,
         default_deadline: timedelta = timedelta(days=14),
         validate: Callable[[Envelope], Any] | None = None,
         clock: Callable[[], datetime] | None = None,
     ):
-        """Build a coordinator (arguments as `berth.Coordinator`'s; `questions` awaitable, such as
-        `berth.aio.open_questions(...)`)."""
-        # The sync coordinator holds the checks and the plans; it sees the store's sync twin (for
-        # the identity and the clock) and calls neither store: the plans' calls are awaited here.
-        self._core = SyncCoordinator(
-            store.sync,
-            questions,
-            default_deadline=default_deadline,
-            validate=validate,
-            clock=clock,
+        """Build a coordinator.
+
+        Args:
+            store: where envelopes are parked.
+            questions: where questions and answers live (same identity as `store`).
+            default_deadline: stamped on envelopes parked without a deadline; `suspend`
+                refuses a negative one.
+            validate: called with each parked envelope on wake; raising `ConfigDrift`
+                (or `Expired`) marks the run dead, e.g.
+                `lambda env: berth.check_resumable(env, provider=..., model=..., config_digest=...)`.
+            clock: returns "now" as an aware datetime; the store's clock when None.
+        """
+        store_core = store.sync.core  # twin: sync store_core = store.core
+        self.core = CoordinatorCore(
+            store_core, default_deadline=default_deadline, validate=validate, clock=clock or store.now
         )
+        """Every decision of suspend and wake, as plans (one core class serves the sync and the async coordinator)."""
         self.store = store
         self.questions = questions
         self._targets = {"store": store, "questions": questions}
 
     def __repr__(self) -> str:
-        return f"berth.aio.AsyncCoordinator({self.store!r}, {self.questions!r})"
+        return f"AsyncCoordinator({self.store!r}, {self.questions!r}, default_deadline={self.default_deadline!r})"
 
     @property
     def identity(self) -> str:
         """The identity of the envelope store."""
-        return self.store.identity
+        return self.core.identity
 
     @property
     def default_deadline(self) -> timedelta:
         """Stamped on envelopes parked without a deadline."""
-        deadline: timedelta = self._core.default_deadline
-        return deadline
+        return self.core.default_deadline
+
+    @default_deadline.setter
+    def default_deadline(self, value: timedelta) -> None:
+        self.core.default_deadline = value
+
+    @property
+    def validate(self) -> Callable[[Envelope], Any] | None:
+        """Called with each parked envelope on wake (see `__init__`)."""
+        return self.core.validate
+
+    @validate.setter
+    def validate(self, value: Callable[[Envelope], Any] | None) -> None:
+        self.core.validate = value
+
+    # --- suspend ------------------------------------------------------------------------
 
     async def suspend(self, key: str, envelope: Envelope, question: str | None = None) -> Envelope:
-        """Park `envelope` under `key`, then ask a human `question` about it, as `berth.Coordinator.suspend`."""
-        return await arun(self._core.suspend_plan(key, envelope, question), self._targets)
+        """Park `envelope` under `key`, then ask a human `question` about it.
+
+        Stamps `created_at` and, when none is set, the default deadline (an
+        explicit deadline is kept), and the `QUESTION_LABEL` label naming a fresh
+        random question id. Saves, and only once the save succeeded asks the
+        question, so nobody is asked about a run that did not park.
+
+        Args:
+            key: the suspension's name within this identity.
+            envelope: the run's state; see docs/coordinator.md for what is checked.
+            question: what to ask; None (or empty) asks the `question` input of the first
+                pending call that has one, else a sentence naming the run and its reason.
+
+        Returns:
+            The envelope as parked.
+
+        Raises:
+            InvalidKey: the key breaks the key rules (before any I/O).
+            InvalidEnvelope: a negative default deadline, or an envelope berth refuses
+                (nothing saved, nothing asked).
+            EnvelopeTooLarge, BackendError: the save failed (nothing asked).
+            BerthError: the save succeeded but asking failed: the run stays parked and wakes
+                rearm until its deadline; suspending it again re-parks and asks again.
+        """
+        return await arun(self.core.suspend_plan(key, envelope, question), self._targets)
+
+    # --- wake ---------------------------------------------------------------------------
 
     async def wake(self, key: str) -> Wake:
-        """Decide FRESH, REARM or RESUME for the run parked under `key`, as `berth.Coordinator.wake`."""
-        return await arun(self._core.wake_plan(key), self._targets)
+        """Decide what to do with the run parked under `key`: FRESH, REARM or RESUME.
+
+        - FRESH: nothing is parked; or it was dead (past its deadline, or `validate`
+          raised `ConfigDrift`) and was removed, its question consumed (also when
+          another waker removed it first).
+        - REARM: parked and not answered yet (nothing changed); or another waker won
+          the claim; or the store or question store failed (`error` is set): the
+          envelope stays parked.
+        - RESUME: this caller's conditional delete succeeded; `envelope` and `answer`
+          are set and the question is consumed (a failure to consume is logged, not
+          raised: the delete is the commit point).
+
+        Args:
+            key: the suspension's name within this identity.
+
+        Returns:
+            `Wake(decision, envelope, answer)`, with `error` and `reason`.
+
+        Raises:
+            InvalidKey: the key breaks the key rules (before any I/O).
+        """
+        return await arun(self.core.wake_plan(key), self._targets)
 
 
+# twin: async-only
 Coordinator = AsyncCoordinator
-"""The async coordinator's first name, kept working as an alias (docs/CHANGELOG.md: prefer `AsyncCoordinator`)."""
+"""The async coordinator's first name, the same class (`berth.aio.Coordinator`; prefer `AsyncCoordinator`)."""
+# twin: end
+
+# twin: sync publish(globals())  # its public names read as berth.X

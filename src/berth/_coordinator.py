@@ -1,127 +1,27 @@
-"""The coordinator: suspend a run and ask a human; on each wake, resume it exactly once, wait, or start fresh.
-
-    suspend: check -> stamp the deadline -> save -> ask          (nobody is asked about a run that did not park)
-    wake:    load -> dead? -> answered? -> conditional delete -> consume
-                      |          |              |
-                      FRESH      REARM          REARM (another waker won) / RESUME (this caller won)
-
-The conditional delete of the envelope with the token this caller loaded is
-the commit point: exactly one waker's delete succeeds, and only that waker
-resumes. Everything after it (consuming the question) is best effort.
-"""
+# generated from src/berth/_aio_coordinator.py by scripts/twin.py — do not edit: change the source and run the script
+"""`Coordinator`: suspend and wake over `CoordinatorCore`'s plans (generated: see its source)."""
 
 from __future__ import annotations
 
-import enum
-import logging
-import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
-from berth._envelope import ENVELOPE_VERSION, Envelope
-from berth._errors import BackendError, BerthError, ConfigDrift, Expired, InvalidEnvelope, TokenMismatch, where
-from berth._keys import validate_key
-from berth._plan import Plan, call, commit, run
+from berth._coordinator_core import CoordinatorCore, QuestionsLike, Wake
+from berth._envelope import Envelope
+from berth._plan import run
 from berth._public import publish
-from berth._question_types import Answer, Question
 from berth._store import Store
-from berth._token import Token
 
-__all__ = ["QUESTION_LABEL", "Coordinator", "Wake", "WakeDecision"]
-
-log = logging.getLogger("berth")
-
-QUESTION_LABEL = "berth.question"
-"""The label `suspend` stamps on a parked envelope: the id of the question it asked.
-
-A wake resumes only with an answer to that question, never with an answer
-left over from an earlier run of the same key.
-"""
-
-_MAX_LABELS = 64
-
-
-class WakeDecision(enum.StrEnum):
-    """What a wake decided; the host acts on it (see docs/coordinator.md)."""
-
-    FRESH = "fresh"
-    """Nothing is parked (any more): start the run from scratch, or do nothing."""
-    REARM = "rearm"
-    """Still parked (unanswered, another waker won, or an error): wake again later."""
-    RESUME = "resume"
-    """This caller claimed the envelope: resume the run with `envelope` and `answer`."""
-
-
-class _WakeFields(NamedTuple):
-    decision: WakeDecision
-    envelope: Envelope | None
-    answer: Answer | None
-
-
-class Wake(_WakeFields):
-    """`Wake(decision, envelope, answer)`: what `Coordinator.wake` decided.
-
-    `envelope` and `answer` are set only on RESUME. It unpacks and compares as
-    that triple; `error` (the berth error behind a REARM, else None) and
-    `reason` (a short phrase for logs: "expired", "another waker won", ...) ride along.
-    """
-
-    error: BerthError | None
-    reason: str
-
-    def __new__(
-        cls,
-        decision: WakeDecision,
-        envelope: Envelope | None = None,
-        answer: Answer | None = None,
-        *,
-        error: BerthError | None = None,
-        reason: str = "",
-    ) -> Wake:
-        self = super().__new__(cls, WakeDecision(decision), envelope, answer)
-        self.error = error
-        self.reason = reason
-        return self
-
-    def __repr__(self) -> str:
-        extra = f", error={self.error!r}" if self.error is not None else ""
-        run = self.envelope.run_id if self.envelope is not None else None
-        answered = self.answer.question_id if self.answer is not None else None  # never the human's text
-        return f"Wake({self.decision.name}, run_id={run!r}, answer_to={answered!r}, reason={self.reason!r}{extra})"
-
-
-class QuestionsLike(Protocol):
-    """What the coordinator needs of a question store (`berth.QuestionStore` is one)."""
-
-    def ask(
-        self, key: str, prompt: str, *, run_id: str, question_id: str, deadline: datetime | None = None
-    ) -> Question:
-        """Ask a human `prompt` about the run under `key`, under exactly `question_id`.
-
-        `deadline` is the run's: a question store may retire the question after it.
-        """
-        ...
-
-    def pending(self, key: str) -> Question | None:
-        """The question pending under `key`."""
-        ...
-
-    def answer(self, key: str) -> Answer | None:
-        """The answer to the question pending under `key`."""
-        ...
-
-    def consume(self, key: str, question_id: str) -> bool:
-        """Remove question `question_id` under `key` if it is still pending."""
-        ...
+__all__ = ["Coordinator"]
 
 
 class Coordinator:
     """The suspend/wake protocol over an envelope store and a question store.
 
-    Safe to share between threads; any number of coordinators, in any number of
-    processes and hosts, may wake the same keys: exactly one resumes each parked run.
+    Safe to share (between threads, or between the tasks of one event loop for `berth.aio`'s); any
+    number of coordinators, sync or async, in any number of processes and hosts, may wake the same
+    keys: exactly one resumes each parked run.
     """
 
     def __init__(
@@ -145,13 +45,13 @@ class Coordinator:
                 `lambda env: berth.check_resumable(env, provider=..., model=..., config_digest=...)`.
             clock: returns "now" as an aware datetime; the store's clock when None.
         """
-        if not isinstance(default_deadline, timedelta):
-            raise TypeError(f"default_deadline must be a timedelta, got {type(default_deadline).__name__}")
+        store_core = store.core
+        self.core = CoordinatorCore(
+            store_core, default_deadline=default_deadline, validate=validate, clock=clock or store.now
+        )
+        """Every decision of suspend and wake, as plans (one core class serves the sync and the async coordinator)."""
         self.store = store
         self.questions = questions
-        self.default_deadline = default_deadline
-        self.validate = validate
-        self._clock: Callable[[], datetime] = clock or store.now
         self._targets = {"store": store, "questions": questions}
 
     def __repr__(self) -> str:
@@ -160,7 +60,25 @@ class Coordinator:
     @property
     def identity(self) -> str:
         """The identity of the envelope store."""
-        return self.store.identity
+        return self.core.identity
+
+    @property
+    def default_deadline(self) -> timedelta:
+        """Stamped on envelopes parked without a deadline."""
+        return self.core.default_deadline
+
+    @default_deadline.setter
+    def default_deadline(self, value: timedelta) -> None:
+        self.core.default_deadline = value
+
+    @property
+    def validate(self) -> Callable[[Envelope], Any] | None:
+        """Called with each parked envelope on wake (see `__init__`)."""
+        return self.core.validate
+
+    @validate.setter
+    def validate(self, value: Callable[[Envelope], Any] | None) -> None:
+        self.core.validate = value
 
     # --- suspend ------------------------------------------------------------------------
 
@@ -189,72 +107,7 @@ class Coordinator:
             BerthError: the save succeeded but asking failed: the run stays parked and wakes
                 rearm until its deadline; suspending it again re-parks and asks again.
         """
-        return run(self.suspend_plan(key, envelope, question), self._targets)
-
-    def suspend_plan(self, key: str, envelope: Envelope, question: str | None) -> Plan[Envelope]:
-        """Suspend as a plan of store and question-store calls (run here, awaited by `berth.aio.Coordinator`)."""
-        key = validate_key(key, self.identity)
-        if self.default_deadline < timedelta(0):
-            raise InvalidEnvelope(
-                f"suspend at {where(self.identity, key)} refused: default_deadline is negative "
-                f"({self.default_deadline}); nothing saved, nothing asked",
-                identity=self.identity,
-                key=key,
-            )
-        self._check(key, envelope)
-        if question is not None and not isinstance(question, str):
-            raise TypeError(f"question must be a str or None, got {type(question).__name__}")
-        now = self._clock()
-        question_id = os.urandom(16).hex()
-        labels = dict(envelope.labels)
-        labels[QUESTION_LABEL] = question_id
-        envelope = envelope.replace(
-            deadline=envelope.deadline if envelope.deadline is not None else now + self.default_deadline,
-            created_at=envelope.created_at or now,
-            labels=labels,
-        )
-        prompt = question or _prompt_for(envelope)
-        yield call("store", "save", key, envelope)
-        try:
-            # The run's deadline goes with the question, so a question store can retire it with its run.
-            yield call(
-                "questions",
-                "ask",
-                key,
-                prompt,
-                run_id=envelope.run_id,
-                question_id=question_id,
-                deadline=envelope.deadline,
-            )
-        except Exception as exc:
-            log.warning(
-                "berth: run %r parked at %s but asking failed (%s): wakes rearm until its deadline",
-                envelope.run_id,
-                where(self.identity, key),
-                exc,
-            )
-            raise
-        return envelope
-
-    def _check(self, key: str, envelope: Envelope) -> None:
-        def refuse(why: str) -> InvalidEnvelope:
-            return InvalidEnvelope(
-                f"suspend at {where(self.identity, key)} refused: {why}; nothing saved, nothing asked",
-                identity=self.identity,
-                key=key,
-            )
-
-        if not isinstance(envelope, Envelope):
-            raise refuse(f"needs a berth.Envelope, got {type(envelope).__name__}")
-        if envelope.version != ENVELOPE_VERSION:
-            raise refuse(f"envelope version {envelope.version}, this berth parks version {ENVELOPE_VERSION}")
-        if envelope.turn < 0 or envelope.remaining_turns < 0:
-            raise refuse("turn and remaining_turns cannot be negative")
-        for pending in envelope.pending_calls:
-            if not pending.id:
-                raise refuse("every pending call needs an id")
-        if QUESTION_LABEL not in envelope.labels and len(envelope.labels) >= _MAX_LABELS:
-            raise refuse(f"the envelope has {len(envelope.labels)} labels; suspend needs room for one more")
+        return run(self.core.suspend_plan(key, envelope, question), self._targets)
 
     # --- wake ---------------------------------------------------------------------------
 
@@ -280,140 +133,7 @@ class Coordinator:
         Raises:
             InvalidKey: the key breaks the key rules (before any I/O).
         """
-        return run(self.wake_plan(key), self._targets)
-
-    def wake_plan(self, key: str) -> Plan[Wake]:
-        """Wake as a plan of store and question-store calls (run here, awaited by `berth.aio.Coordinator`)."""
-        key = validate_key(key, self.identity)
-        try:
-            parked = yield call("store", "load", key, allow_expired=True)
-        except BerthError as exc:
-            return self._rearm(key, "load failed", exc)
-        if parked is None:
-            return Wake(WakeDecision.FRESH, reason="nothing parked")
-        envelope, token = parked
-        try:
-            dead = self._dead(envelope)
-        except BerthError as exc:
-            return self._rearm(key, "validate failed", exc)
-        if dead:
-            return (yield from self._remove_dead(key, envelope, token, dead))
-        try:
-            with self._question_store(key, "answer lookup"):
-                answer = yield call("questions", "answer", key)
-        except BerthError as exc:
-            return self._rearm(key, "answer lookup failed", exc)
-        if answer is None:
-            return Wake(WakeDecision.REARM, reason="not answered")
-        bound = envelope.labels.get(QUESTION_LABEL)
-        if bound is not None and answer.question_id != bound:
-            log.info(
-                "berth: %s has an answer to question %r, not to the parked run's question %r: rearm",
-                where(self.identity, key),
-                answer.question_id,
-                bound,
-            )
-            return Wake(WakeDecision.REARM, reason="answer is to another question")
-        try:
-            # The commit point ("claimed": how it left, for a witness). Cancelled before its outcome is
-            # known (berth.aio), the wake stops there: the run is parked again and its question, not yet
-            # consumed, still holds the answer, so the next wake resumes it. After it, the run is the
-            # caller's: the question is consumed and the wake returns (berth._plan.commit).
-            yield commit(
-                call("store", "remove", key, token, "claimed"),
-                undo=lambda _: self.store.core.handback(key, envelope),
-                delivers=True,
-            )
-        except TokenMismatch:
-            return Wake(WakeDecision.REARM, reason="another waker won")
-        except BerthError as exc:
-            return self._rearm(key, "claim failed", exc)
-        yield from self._consume(key, answer.question_id)
-        if envelope.deadline is not None and self._clock() > envelope.deadline:
-            # The deadline passed between the check and the commit (a slow answer lookup, say):
-            # the run is removed and never resumed, as a dead one is.
-            return Wake(WakeDecision.FRESH, reason="expired while being claimed")
-        return Wake(WakeDecision.RESUME, envelope, answer, reason="claimed")
-
-    def _dead(self, envelope: Envelope) -> str | None:
-        if envelope.deadline is not None and self._clock() > envelope.deadline:
-            return "expired"
-        if self.validate is not None:
-            try:
-                self.validate(envelope)
-            except ConfigDrift:
-                return "drifted"
-            except Expired:
-                return "expired"
-        return None
-
-    def _remove_dead(self, key: str, envelope: Envelope, token: Token, why: str) -> Plan[Wake]:
-        question_id = envelope.labels.get(QUESTION_LABEL)
-        if question_id is None:
-            # Parked without the coordinator: read the question before the delete, so a
-            # question asked for a run parked after it is never the one consumed.
-            try:
-                with self._question_store(key, "pending question lookup"):
-                    pending = yield call("questions", "pending", key)
-            except BerthError as exc:
-                log.warning("berth: cannot read the question of a dead run at %s: %s", where(self.identity, key), exc)
-                pending = None
-            if pending is not None and pending.run_id == envelope.run_id:
-                question_id = pending.id
-        try:
-            yield call("store", "remove", key, token, why)  # expired or drifted, for a witness
-        except TokenMismatch:
-            return Wake(WakeDecision.FRESH, reason=f"{why}; removed by another waker")
-        except BerthError as exc:
-            return self._rearm(key, f"{why}; removing it failed", exc)
-        if question_id is not None:
-            yield from self._consume(key, question_id)
-        return Wake(WakeDecision.FRESH, reason=why)
-
-    @contextmanager
-    def _question_store(self, key: str, what: str) -> Iterator[None]:
-        # berth's question store raises berth errors; a host's own may raise anything.
-        try:
-            yield
-        except BerthError:
-            raise
-        except Exception as exc:
-            raise BackendError(
-                f"{what} failed at {where(self.identity, key)}: {type(exc).__name__}: {exc}",
-                identity=self.identity,
-                key=key,
-            ) from exc
-
-    def _consume(self, key: str, question_id: str) -> Plan[None]:
-        try:
-            yield call("questions", "consume", key, question_id)
-        except Exception as exc:  # past the commit point: log, never raise
-            log.warning(
-                "berth: could not consume question %r at %s (it stays until swept): %s",
-                question_id,
-                where(self.identity, key),
-                exc,
-            )
-
-    def _rearm(self, key: str, why: str, exc: BerthError) -> Wake:
-        log.warning("berth: wake at %s rearms: %s: %s", where(self.identity, key), why, exc)
-        return Wake(WakeDecision.REARM, error=exc, reason=why)
-
-
-def _prompt_for(envelope: Envelope) -> str:
-    for pending in envelope.pending_calls:
-        try:
-            value = pending.input_value()
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            prompt = value.get("question")
-            if isinstance(prompt, str) and prompt.strip():
-                return prompt
-    sentence = (
-        f"Run {envelope.run_id!r} is waiting for an answer." if envelope.run_id else "A run is waiting for an answer."
-    )
-    return f"{sentence} Reason: {envelope.reason}." if envelope.reason else sentence
+        return run(self.core.wake_plan(key), self._targets)
 
 
 publish(globals())  # its public names read as berth.X

@@ -38,7 +38,7 @@ import orjson
 from berth._aio_questions import AsyncQuestionStore
 from berth._aio_store import AsyncStore
 from berth._answers import frame_answer
-from berth._coordinator import Coordinator, Wake, WakeDecision
+from berth._coordinator_core import CoordinatorCore, Wake, WakeDecision
 from berth._envelope import Envelope, check_resumable
 from berth._errors import InvalidEnvelope, where
 from berth._keys import validate_key
@@ -49,6 +49,7 @@ from berth._store import Store
 
 __all__ = [
     "APPROVAL",
+    "CallPlans",
     "CallQuestions",
     "Outcome",
     "Parking",
@@ -134,11 +135,11 @@ def _structured(call: Pending) -> tuple[tuple[Decision, ...], ToolRequest]:
     return APPROVAL, tool
 
 
-class CallQuestions:
-    """A question store view for the coordinator: one question per pending call, answered as a set.
+class CallPlans:
+    """A question store view for the coordinator, as plans: one question per pending call, answered as a set.
 
-    Each method is a plan (`berth._plan`) run against a `berth.QuestionStore`;
-    `AsyncCallQuestions` runs the same plans against a `berth.aio.AsyncQuestionStore`.
+    `CallQuestions` runs each plan (`berth._plan`) against a `berth.QuestionStore`;
+    `AsyncCallQuestions` awaits the same plans against a `berth.aio.AsyncQuestionStore`.
     """
 
     def __init__(self, questions: Any, calls: Sequence[Pending] = (), deadline: datetime | None = None):
@@ -212,6 +213,10 @@ class CallQuestions:
             removed = (yield call("questions", "consume", call_key(key, i), q.id)) or removed
             i += 1
 
+
+class CallQuestions(CallPlans):
+    """`CallPlans` run against a `berth.QuestionStore`: a `QuestionsLike` for the coordinator."""
+
     def _run(self, plan: Plan[T]) -> T:
         return run(plan, {"questions": self.questions})
 
@@ -231,24 +236,24 @@ class CallQuestions:
         return self._run(self._consume(key, question_id))
 
 
-class AsyncCallQuestions(CallQuestions):
-    """`CallQuestions` awaited, over a `berth.aio.AsyncQuestionStore`, for `berth.aio.Coordinator`."""
+class AsyncCallQuestions(CallPlans):
+    """`CallPlans` awaited against a `berth.aio.AsyncQuestionStore`: an `AsyncQuestionsLike` for the coordinator."""
 
     async def _arun(self, plan: Plan[T]) -> T:
         return await arun(plan, {"questions": self.questions})
 
-    async def ask(  # type: ignore[override]
+    async def ask(
         self, key: str, prompt: str, *, run_id: str, question_id: str, deadline: datetime | None = None
     ) -> Question:
         return await self._arun(self._ask(key, prompt, run_id, question_id))
 
-    async def pending(self, key: str) -> Question | None:  # type: ignore[override]
+    async def pending(self, key: str) -> Question | None:
         return await self._arun(self._pending(key))
 
-    async def answer(self, key: str) -> Answer | None:  # type: ignore[override]
+    async def answer(self, key: str) -> Answer | None:
         return await self._arun(self._answer(key))
 
-    async def consume(self, key: str, question_id: str) -> bool:  # type: ignore[override]
+    async def consume(self, key: str, question_id: str) -> bool:
         return await self._arun(self._consume(key, question_id))
 
 
@@ -306,7 +311,7 @@ class Parking:
 
     async def _drive(
         self,
-        make: Callable[[Coordinator], Plan[T]],
+        make: Callable[[CoordinatorCore], Plan[T]],
         calls: Sequence[Pending] = (),
         deadline: Any = None,
         resume: Callable[[Wake], Awaitable[Any]] | None = None,
@@ -314,15 +319,18 @@ class Parking:
         """A coordinator's plan (`suspend_plan`, `wake_plan`) over this parking's stores, awaited: natively
         over `berth.aio` ones, each step in a worker thread over sync ones (`InThreads`), so a cancelled
         wake hands its run back either way (a whole wake in `asyncio.to_thread` dropped it)."""
-        options: dict[str, Any] = {"default_deadline": self.default_deadline, "validate": self._validate}
-        if self.native:
-            assert isinstance(self.store, AsyncStore) and isinstance(self.questions, AsyncQuestionStore)
-            questions: Any = AsyncCallQuestions(self.questions, calls, deadline)
-            plans = Coordinator(self.store.sync, questions, **options)
-            return await arun(make(plans), {"store": self.store, "questions": questions, "framework": resume})
-        questions = CallQuestions(self.questions, calls, deadline)
-        plans = Coordinator(self.store, questions, **options)  # type: ignore[arg-type]
-        targets = {"store": InThreads(self.store), "questions": InThreads(questions), "framework": resume}
+        targets: dict[str, Any]
+        if isinstance(self.store, AsyncStore):
+            assert isinstance(self.questions, AsyncQuestionStore)
+            core = self.store.sync.core
+            questions = AsyncCallQuestions(self.questions, calls, deadline)
+            targets = {"store": self.store, "questions": questions, "framework": resume}
+        else:
+            assert isinstance(self.questions, QuestionStore)
+            core = self.store.core
+            threaded = InThreads(CallQuestions(self.questions, calls, deadline))
+            targets = {"store": InThreads(self.store), "questions": threaded, "framework": resume}
+        plans = CoordinatorCore(core, default_deadline=self.default_deadline, validate=self._validate)
         return await arun(make(plans), targets)
 
     def envelope(
@@ -378,7 +386,7 @@ class Parking:
         return await self._drive(lambda c: _wake_then(c, key), resume=resume)
 
 
-def _wake_then(coordinator: Coordinator, key: str) -> Plan[Outcome]:
+def _wake_then(coordinator: CoordinatorCore, key: str) -> Plan[Outcome]:
     """The coordinator's wake, then on RESUME the framework's run (the "framework" role: an async callable)."""
     woke = yield from coordinator.wake_plan(key)
     if woke.decision is not WakeDecision.RESUME:

@@ -19,7 +19,8 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "berth._answers": ("frame_answer",),
     "berth._checkpoint_store": ("checkpoint_store",),
     "berth._config": ("sealer_from_env",),
-    "berth._coordinator": ("Coordinator", "Wake", "WakeDecision"),
+    "berth._coordinator": ("Coordinator",),
+    "berth._coordinator_core": ("Wake", "WakeDecision"),
     "berth._envelope": ("ENVELOPE_VERSION", "Envelope", "PendingCall", "check_resumable", "digest_file", "digest_json"),
     "berth._errors": (
         "BackendError", "BerthError", "ConfigDrift", "EnvelopeTooLarge", "Expired", "FormatError",

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from berth._aio_questions import AsyncQuestionStore
 from berth._aio_store import AsyncStore
-from berth._coordinator import Wake
+from berth._coordinator_core import Wake
 from berth._envelope import Envelope, digest_json
 from berth._hitl import (
     Outcome,

@@ -34,7 +34,7 @@ import orjson
 from berth._aio_questions import AsyncQuestionStore
 from berth._aio_store import AsyncStore
 from berth._answers import NO_ANSWER
-from berth._coordinator import Wake
+from berth._coordinator_core import Wake
 from berth._envelope import Envelope, digest_json
 from berth._hitl import Outcome, Parking, Pending, answers_by_call, parse_approval, rejection, tool_decision
 from berth._questions import QuestionStore
