@@ -28,8 +28,8 @@ from click.testing import CliRunner, Result
 
 import berth
 from berth._cli import _app, cli
-from berth._cli._output import span
 from berth._cli._store_cmds import parse_deadline
+from berth._format import span
 
 IDENTITY = "pr-bot"
 BERTH = Path(sys.executable).parent / "berth"

@@ -11,19 +11,10 @@ import click
 
 from berth._cli._app import CONTEXT, cli, output_options, store_options
 from berth._cli._failures import bad_usage, refuse
-from berth._cli._output import (
-    console,
-    deadline_text,
-    emit_json,
-    emit_jsonl,
-    escape,
-    now,
-    rfc3339,
-    span,
-    terminal_safe,
-)
+from berth._cli._output import console, emit_json, emit_jsonl, escape, terminal_safe
 from berth._cli._settings import Settings, remember_key, user_name
 from berth._errors import where
+from berth._format import deadline_text, now, rfc3339, span
 
 
 @cli.command("questions", context_settings=CONTEXT)

@@ -15,28 +15,20 @@ import berth
 from berth._cli._app import CONTEXT, cli, output_options, store_options
 from berth._cli._failures import bad_usage, counted, one_line, refuse, warn
 from berth._cli._output import (
-    ago,
     console,
-    deadline_text,
     emit_json,
     emit_json_stream,
     emit_jsonl,
     emit_jsonl_stream,
-    envelope_doc,
-    is_expired,
-    labels_text,
-    listing_doc,
-    local,
-    now,
     print_fields,
     print_json_bytes,
     print_listing,
     progress,
-    size_text,
     terminal_safe,
 )
 from berth._cli._settings import Settings, find_listing, remember_key
 from berth._errors import where
+from berth._format import ago, deadline_text, envelope_doc, is_expired, labels_text, listing_doc, local, now, size_text
 
 # The commands register themselves on `cli` when this module is imported; these are what others call.
 __all__ = ["LS_LIMIT", "VERIFY_STATES", "parse_deadline", "verify_one"]

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from markupsafe import Markup, escape
 
 import berth
-from berth._cli._output import ago, listing_doc, rfc3339, span
+from berth._format import ago, listing_doc, rfc3339, span
 from berth._serve._auth import Auth
 from berth._serve._inbox import Card, Inbox, Snapshot
 from berth._text import visible, visible_parts
