@@ -23,7 +23,8 @@ The output goes through `ruff check --fix --select I,F401` (imports sorted, the 
 code used dropped) and `ruff format`, and starts with a header naming its source.
 
     python scripts/twin.py           regenerate every pair in TWINS
-    python scripts/twin.py --check   exit 1 naming each generated module that differs (CI: tests/test_twins.py)
+    python scripts/twin.py --check   exit 1 naming each generated module that differs, or that no pair makes
+                                     any more (CI: tests/test_twins.py)
     python scripts/twin.py --diff    also print how it differs
 
 A new pair is one row of TWINS (kept sorted by target).
@@ -42,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SYNC_NAMES", "TWINS", "Twin", "TwinError", "check", "generate", "main", "transform"]
+__all__ = ["SYNC_NAMES", "TWINS", "Twin", "TwinError", "check", "generate", "main", "orphans", "transform"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -217,6 +218,19 @@ def generate(twin: Twin, root: Path = ROOT) -> str:
     return _ruff(["format", "--quiet"], text, twin.target)
 
 
+def orphans(twins: Sequence[Twin] = TWINS, root: Path = ROOT) -> list[str]:
+    """Modules under `root`/src whose first line says scripts/twin.py made them, but no pair of `twins` does."""
+    made = {twin.target for twin in twins}
+    found: list[str] = []
+    for path in sorted((root / "src").rglob("*.py")):
+        with path.open(encoding="utf-8") as file:
+            first = file.readline()
+        name = path.relative_to(root).as_posix()
+        if first.startswith("# generated from ") and "by scripts/twin.py" in first and name not in made:
+            found.append(name)
+    return found
+
+
 def check(twins: Sequence[Twin] = TWINS, root: Path = ROOT, *, diff: bool = False) -> list[str]:
     """The targets of `twins` whose file differs from what `generate` makes (missing ones included)."""
     stale: list[str] = []
@@ -242,7 +256,10 @@ def main(argv: Sequence[str] | None = None, twins: Sequence[Twin] = TWINS, root:
             stale = check(twins, root, diff=args.diff)
             for target in stale:
                 print(f"{target} differs from what scripts/twin.py generates: run python scripts/twin.py")
-            return 1 if stale else 0
+            lost = orphans(twins, root)
+            for target in lost:
+                print(f"{target} says scripts/twin.py generates it, but no pair in TWINS does: add one")
+            return 1 if stale or lost else 0
         for twin in twins:
             path = root / twin.target
             text = generate(twin, root)

@@ -171,3 +171,15 @@ def test_a_refused_source_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_only_whole_words_are_renamed() -> None:
     out = twin.transform('arun_all = "AsyncThings"  # carun, arun\narun()\n', {"arun": "run", "AsyncThing": "Thing"})
     assert out == 'arun_all = "AsyncThings"  # carun, run\nrun()\n'
+
+
+def test_check_fails_on_a_generated_module_no_pair_makes_any_more(
+    pair: twin.Twin, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A pair dropped from TWINS while its module stays would leave a "do not edit" file nothing regenerates.
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "left.py").write_text(twin.HEADER.format(source="src/gone.py") + "x = 1\n", encoding="utf-8")
+    (tmp_path / "src" / "plain.py").write_text("# generated from a template\nx = 1\n", encoding="utf-8")
+    assert twin.orphans([pair], tmp_path) == ["src/left.py"]
+    assert twin.main(["--check"], [pair], tmp_path) == 1
+    assert "src/left.py says scripts/twin.py generates it, but no pair in TWINS does" in capsys.readouterr().out
