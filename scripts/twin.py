@@ -9,7 +9,8 @@ check as it is:
 - `__aenter__`, `__aexit__`, `__aiter__`, `__anext__`, `AsyncIterator`, `AsyncIterable`,
   `AsyncGenerator`, `StopAsyncIteration` and `asynccontextmanager` become their sync names, and so
   does every name of the pair's own map (`AsyncQuestionStore` -> `QuestionStore`, `arun` -> `run`),
-  as whole words, in code, strings and comments alike;
+  as whole words, in code, strings and comments alike (a dotted key, `berth.aio.open_questions`,
+  can only match in strings and comments: it says how a docstring names the sync twin);
 - markers, as comments, say where the two differ otherwise:
 
   - `stmt  # twin: sync REPLACEMENT` -- the sync module has REPLACEMENT instead of the statement
