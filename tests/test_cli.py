@@ -355,7 +355,7 @@ def test_ls_table_shows_a_default_limit_counts_the_rest_and_all_shows_every_one(
     expire(store, "k9")
 
     def keys(text: str) -> list[str]:
-        return [line.split()[0] for line in text.splitlines()[2:] if line.startswith("k")]
+        return [line.split()[0] for line in text.splitlines() if line.startswith("k")]
 
     table = ok("ls").stdout
     assert keys(table) == ["k0", "k1", "k2"]
@@ -388,9 +388,12 @@ def test_ls_json_streams_the_same_text_as_one_document(store: berth.Store) -> No
     assert ok("ls", "--json").stdout == json_text(docs) + "\n" and len(docs) == 3
 
 
-def test_ls_table_prints_its_first_rows_before_the_listing_ends(capsys: pytest.CaptureFixture[str]) -> None:
+def test_ls_table_prints_its_first_rows_before_the_listing_ends(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from berth._cli._output import print_listing
 
+    monkeypatch.setattr("berth._cli._output.stdout_is_terminal", lambda: True)  # the aligned table
     at = datetime.now(timezone.utc)
     seen: list[str] = []
 
@@ -409,8 +412,9 @@ def test_ls_table_prints_its_first_rows_before_the_listing_ends(capsys: pytest.C
 
 
 def test_ls_table_folds_long_cells_escapes_controls_and_colours_expired_on_a_colour_terminal(
-    store: berth.Store,
+    store: berth.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr("berth._cli._output.stdout_is_terminal", lambda: True)  # tests/cli/test_pipes.py: a pipe
     park(store, "org/" + "x" * 150, deadline=timedelta(hours=1))
     store.save(
         "old", berth.Envelope(provider_state=b"{}", deadline=datetime.now(timezone.utc), labels={"x": "\x1b[2J"})

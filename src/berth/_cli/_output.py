@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
 __all__ = [
+    "SHORT_ID",
     "console",
     "emit_json",
     "emit_json_stream",
@@ -41,6 +42,9 @@ __all__ = [
     "listing_cells",
     "print_listing",
     "print_fields",
+    "print_rows",
+    "short_ids",
+    "stdout_is_terminal",
     "print_json_bytes",
     "progress",
     "terminal_safe",
@@ -283,6 +287,16 @@ def print_listing(items: Iterable[berth.Listing], at: datetime, limit: int | Non
     page = [listing_cells(item, at) for item in itertools.islice(rows, first)]
     if not page:
         return 0, 0
+    if not stdout_is_terminal():  # a pipe: a line per row, tab-separated, never folded
+        out = Lines(first=len(page) + 1)
+        out.add("\t".join(title for title, _ in _COLUMNS))
+        out.extend("\t".join(cells) for cells, _ in page)
+        shown = len(page)
+        for item in rows if limit is None else itertools.islice(rows, limit - shown):
+            out.add("\t".join(listing_cells(item, at)[0]))
+            shown += 1
+        out.flush()
+        return shown, shown + sum(1 for _ in rows)
     width = terminal_columns()
     utf8 = (getattr(sys.stdout, "encoding", "") or "").lower().replace("-", "") == "utf8"
     table = ListingTable([cells for cells, _ in page], width, color=_color(sys.stdout), rule="\u2500" if utf8 else "-")
@@ -299,6 +313,39 @@ def print_listing(items: Iterable[berth.Listing], at: datetime, limit: int | Non
         shown += 1
     out.flush()
     return shown, shown + sum(1 for _ in rows)
+
+
+def stdout_is_terminal() -> bool:
+    """Whether a person reads stdout: aligned tables then; in a pipe, one tab-separated line per row."""
+    isatty = getattr(sys.stdout, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def print_rows(titles: Sequence[str] | None, rows: Iterable[Sequence[str]]) -> None:
+    """A table for a pipe: the titles, then one line per row, cells tab-separated (terminal-safe cells hold no tab)."""
+    out = Lines()
+    if titles is not None:
+        out.add("\t".join(titles))
+    out.extend("\t".join(cells) for cells in rows)
+    out.flush()
+
+
+SHORT_ID = 8
+"""The fewest characters of an id a terminal shows, and of a prefix a command accepts for one."""
+
+
+def short_ids(ids: Iterable[str]) -> dict[str, str]:
+    """Each id as its shortest prefix (at least SHORT_ID characters) that no other of `ids` starts with."""
+    unique = sorted(set(ids))
+
+    def shared(a: str, b: str) -> int:  # the length of their common prefix
+        return next((n for n, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+    shortest = {}
+    for n, i in enumerate(unique):  # in sorted order, the ids sharing most with i are its neighbours
+        near = [shared(i, unique[m]) for m in (n - 1, n + 1) if 0 <= m < len(unique)]
+        shortest[i] = i[: max(SHORT_ID, max(near, default=0) + 1)]
+    return shortest
 
 
 def _color(stream: Any) -> bool:
@@ -319,7 +366,10 @@ def escape(text: str) -> str:
 
 
 def print_fields(rows: list[tuple[str, str]]) -> None:
-    """Name/value rows, names in bold."""
+    """Name/value rows, names in bold; in a pipe, `name<TAB>value` lines."""
+    if not stdout_is_terminal():
+        print_rows(None, ((name, terminal_safe(value)) for name, value in rows))
+        return
     from rich.table import Table
 
     table = Table.grid(padding=(0, 2))

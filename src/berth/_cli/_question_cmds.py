@@ -11,7 +11,17 @@ import click
 
 from berth._cli._app import CONTEXT, cli, output_options, store_options
 from berth._cli._failures import bad_usage, refuse
-from berth._cli._output import console, emit_json, emit_jsonl, escape, terminal_safe
+from berth._cli._output import (
+    SHORT_ID,
+    console,
+    emit_json,
+    emit_jsonl,
+    escape,
+    print_rows,
+    short_ids,
+    stdout_is_terminal,
+    terminal_safe,
+)
 from berth._cli._settings import Settings, remember_key, user_name
 from berth._errors import where
 from berth._format import deadline_text, now, rfc3339, span
@@ -48,28 +58,44 @@ def questions_cmd(settings: Settings, prefix: str, out: str | None) -> None:
         if not rows:
             click.echo(f"no pending questions for {where(store.identity)}", err=True)
             return
-        from rich import box
-        from rich.table import Table
+        _print_questions(rows, at)
 
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True, header_style="bold")
-        table.add_column("KEY", overflow="fold")
-        table.add_column("QUESTION ID", no_wrap=True)
-        table.add_column("ASKED", no_wrap=True)
-        table.add_column("DEADLINE", no_wrap=True)
-        table.add_column("STATUS", overflow="fold")
-        table.add_column("QUESTION", overflow="fold", ratio=1)
-        for doc in rows:
-            dl = datetime.fromisoformat(doc["deadline"]) if doc["deadline"] else None
-            status = f"answered by {doc['answered_by']}" if doc["answered"] else "waiting"
-            table.add_row(
-                escape(doc["key"]),
-                escape(doc["question_id"]),
-                span((at - datetime.fromisoformat(doc["asked_at"])).total_seconds()),
-                deadline_text(dl, at),
-                escape(status),
-                escape(doc["prompt"]),
-            )
-        console().print(table)
+
+_QUESTION_COLUMNS = ("KEY", "QUESTION ID", "ASKED", "DEADLINE", "STATUS", "QUESTION")
+
+
+def _print_questions(rows: list[dict[str, Any]], at: datetime) -> None:
+    """The questions table: on a terminal, ids shortened to their shortest unique prefix; in a pipe, a line each."""
+
+    def cells(doc: dict[str, Any], qid: str) -> list[str]:
+        dl = datetime.fromisoformat(doc["deadline"]) if doc["deadline"] else None
+        status = f"answered by {doc['answered_by']}" if doc["answered"] else "waiting"
+        return [
+            terminal_safe(doc["key"]),
+            terminal_safe(qid),
+            span((at - datetime.fromisoformat(doc["asked_at"])).total_seconds()),
+            deadline_text(dl, at),
+            terminal_safe(status),
+            terminal_safe(doc["prompt"]),
+        ]
+
+    if not stdout_is_terminal():
+        print_rows(_QUESTION_COLUMNS, (cells(doc, doc["question_id"]) for doc in rows))
+        return
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True, header_style="bold")
+    table.add_column("KEY", overflow="fold")
+    table.add_column("QUESTION ID", no_wrap=True)
+    table.add_column("ASKED", no_wrap=True)
+    table.add_column("DEADLINE", no_wrap=True)
+    table.add_column("STATUS", overflow="fold")
+    table.add_column("QUESTION", overflow="fold", ratio=1)
+    shown = short_ids(doc["question_id"] for doc in rows)
+    for doc in rows:
+        table.add_row(*map(escape, cells(doc, shown[doc["question_id"]])))
+    console().print(table)
 
 
 def _question_doc(q: Any, a: Any, deadline: datetime | None) -> dict[str, Any]:
@@ -106,7 +132,8 @@ def _question_doc(q: Any, a: Any, deadline: datetime | None) -> dict[str, Any]:
     "question_id",
     default=None,
     metavar="ID",
-    help="The id of the question you answer (from `berth questions`); refused if it is not the pending one. "
+    help="The id of the question you answer, or its first 8+ characters (from `berth questions`); "
+    "refused if it is not the pending one. "
     "Without it, on a terminal, berth shows the pending question and asks you to confirm.",
 )
 @click.option("--by", default=None, metavar="NAME", help="Who answers (default: your user name).")
@@ -189,6 +216,8 @@ def answer_cmd(
         if not click.confirm("Answer this question?", default=False, err=True):
             refuse(f"not answered: {where(settings.who, key)} still waits on question {q.id}")
         question_id = q.id
+    else:
+        question_id = _named_question(settings, key, question_id, q.id)
     who = by or user_name()
     # provide() refuses (AnswerRefused, exit 1) unless `question_id` is still the pending question.
     answer = qs.provide(key, question_id, body, by=who, decision=decision, arguments=arguments)
@@ -209,6 +238,27 @@ def answer_cmd(
     click.echo(
         f"answered question {answer.question_id} ({terminal_safe(repr(q.prompt))}) at {where(settings.who, key)} "
         f"as {terminal_safe(who)}{decided}: the next waker resumes the run"
+    )
+
+
+def _named_question(settings: Settings, key: str, given: str, pending: str) -> str:
+    """The id `--question` names: a whole id as given, or the pending question's for a prefix of it.
+
+    A whole id that is not the pending question's is passed on for `provide` to refuse (superseded
+    or answered); a prefix names the pending question or nothing: it is never reported superseded.
+    """
+    if len(given) >= len(pending):
+        return given
+    if len(given) < SHORT_ID:
+        bad_usage(
+            f"--question {given!r} is too short to name a question at {where(settings.who, key)}: "
+            f"give at least {SHORT_ID} characters of its id (`berth questions` shows them)"
+        )
+    if pending.startswith(given):
+        return pending
+    refuse(
+        f"no question at {where(settings.who, key)} has an id starting {given!r}: the pending one is "
+        f"{pending[:SHORT_ID]}… (`berth questions` lists them)"
     )
 
 
