@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 import berth
+from berth import _codec
 from berth._codec import MAGIC, PREFIX_SIZE, peek_header
 from berth.backends.memory import MemoryBackend
 from tests.vectors import make_vectors as kat
@@ -170,3 +175,63 @@ def test_a_loaded_state_is_decoded_from_the_opened_body_and_stays_isolated(seale
         assert type(twin.provider_state) is bytes and twin.provider_state == raw and twin.state() == state
     with pytest.raises(AttributeError):
         env.provider_state = b"{}"  # type: ignore[misc]  # still frozen
+
+
+def _distinct_envelope() -> berth.Envelope:
+    """An envelope whose every field holds a value no other field holds (a swap of two is seen)."""
+    return berth.Envelope(
+        version=1,
+        provider="the-provider",
+        model="the-model",
+        config_digest="sha256:" + "d" * 64,
+        run_id="the-run",
+        provider_state={"the": "state"},
+        loop_state={"the": "loop"},
+        pending_calls=[berth.PendingCall("call-1", "tool-a", {"a": 1}), berth.PendingCall("call-2", "tool-b", [2])],
+        turn=7,
+        remaining_turns=11,
+        reason="the-reason",
+        trace_id="the-trace",
+        deadline=datetime(2031, 1, 2, 3, 4, 5, tzinfo=timezone.utc),
+        created_at=datetime(2030, 6, 7, 8, 9, 10, tzinfo=timezone.utc),
+        labels={"label": "value"},
+    )
+
+
+def _fields(env: berth.Envelope) -> dict[str, object]:
+    return {f.name: getattr(env, f.name) for f in dataclasses.fields(env)}
+
+
+def _round_trip(encode_prefix: Any, decode_body: Any, env: berth.Envelope) -> berth.Envelope:
+    prefix = encode_prefix(env, env.created_at)
+    assert json.loads(prefix + env.provider_state + b"}")["provider_state"] == {"the": "state"}
+    decoded: berth.Envelope = decode_body(prefix, env.provider_state)
+    return decoded
+
+
+def test_every_envelope_field_round_trips_through_the_body_by_name() -> None:
+    env = _distinct_envelope()
+    assert len(set(map(repr, _fields(env).values()))) == len(dataclasses.fields(env)), "two fields share a value"
+    store = berth.Store(MemoryBackend(), identity=kat.IDENTITY, sealer=kat.sealers()["aes-gcm"])
+    store.save(kat.KEY, env)
+    parked = store.load(kat.KEY)
+    assert parked is not None and _fields(parked.envelope) == _fields(env)
+    assert _fields(_round_trip(_codec._encode_prefix, _codec._decode_body, env)) == _fields(env)
+
+
+def test_a_reordered_body_declaration_changes_the_bytes_never_the_fields() -> None:
+    """The body's members are declared once (`_WireMeta`); the codec is built from their names, so a
+    declaration in another order writes the members in that order and still fills every field right."""
+    env = _distinct_envelope()
+    members = [(f.name, f.type) for f in msgspec.structs.fields(_codec._WireMeta)]
+    for order in (members[::-1], members[1::2] + members[::2]):
+        reordered = msgspec.defstruct("_WireMeta", order)
+        encode_prefix, decode_body = _codec._body_codec(reordered)
+        prefix = encode_prefix(env, env.created_at)
+        assert list(json.loads(prefix + b"0}"))[:-1] == [name for name, _ in order]
+        assert prefix != _codec._encode_prefix(env, env.created_at)
+        assert _fields(_round_trip(encode_prefix, decode_body, env)) == _fields(env)
+    with pytest.raises(TypeError, match="not Envelope's fields"):
+        _codec._body_codec(msgspec.defstruct("_WireMeta", members[1:]))
+    with pytest.raises(TypeError, match="not Envelope's fields"):
+        _codec._body_codec(msgspec.defstruct("_WireMeta", [*members, ("extra", str)]))

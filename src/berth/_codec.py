@@ -19,11 +19,13 @@ that read the identity, key and sealer the associated data names
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import lru_cache
 from types import MappingProxyType
+from typing import Any
 
 import msgspec
 
@@ -184,7 +186,13 @@ class _WireCall(msgspec.Struct, forbid_unknown_fields=False):
 
 
 class _WireMeta(msgspec.Struct):
-    """Every envelope member but `provider_state`, in the order they are written."""
+    """Every envelope member but `provider_state`, in the order they are written.
+
+    The one declaration of the body's members: each is the `Envelope` field of the same name, and
+    the encoder, the decoder and the setters below are built from these names (`_body_codec`), so
+    reordering them changes the bytes written (the golden vectors in tests/vectors fail), never
+    which value lands in which field.
+    """
 
     version: int
     provider: str
@@ -202,69 +210,18 @@ class _WireMeta(msgspec.Struct):
     labels: dict[str, str]
 
 
-_meta_decoder = msgspec.json.Decoder(_WireMeta)
-
 STATE_MEMBER = b',"provider_state":'
 """What ends the body's prefix: the envelope JSON is prefix + provider_state + `}`."""
 _END = b"}"
+_NULL = msgspec.Raw(b"null")
 
 
-def _encode_prefix(env: Envelope, created_at: datetime) -> bytes:
-    """The envelope JSON up to and including `"provider_state":`; the state and `}` follow it."""
-    loop = env.loop_state
-    meta = _encoder.encode(
-        _WireMeta(  # positional (the field order above): a keyword call of 14 costs more than the encode
-            env.version,
-            env.provider,
-            env.model,
-            env.config_digest,
-            env.run_id,
-            _NULL if loop is None else msgspec.Raw(loop),
-            [_WireCall(c.id, c.name, msgspec.Raw(c.input)) for c in env.pending_calls],
-            env.turn,
-            env.remaining_turns,
-            env.reason,
-            env.trace_id,
-            env.deadline,
-            created_at,
-            dict(env.labels),
-        )
-    )
-    return meta[:-1] + STATE_MEMBER
+def _call_to_wire(calls: tuple[PendingCall, ...]) -> list[_WireCall]:
+    return [_WireCall(c.id, c.name, msgspec.Raw(c.input)) for c in calls]
 
 
-def _decode_body(prefix: bytes | memoryview, state: bytes | memoryview) -> Envelope:
-    """The envelope from a body cut around its state; `state` is kept as it is (a view: see `open_frame`).
-
-    Raises `msgspec.DecodeError`/`ValidationError` on a prefix that is not one `_encode_prefix` writes.
-    """
-    n = len(prefix) - len(STATE_MEMBER)
-    if n < 2 or prefix[n:] != STATE_MEMBER:
-        raise msgspec.DecodeError("the envelope does not end with provider_state")
-    w = _meta_decoder.decode(b"".join((prefix[:n], b"}")))
-    for value in (w.deadline, w.created_at):
-        if value is not None and value.tzinfo is None:
-            raise msgspec.ValidationError("a time in the envelope is naive")
-    loop = w.loop_state
-    env = _new_envelope(Envelope)
-    # The slots' own setters, bound once: a load sets fifteen fields, and `object.__setattr__`
-    # looks each descriptor up again (~1.3 of the ~2.4 µs this took for a LangGraph checkpoint).
-    _set_version(env, w.version)
-    _set_provider(env, w.provider)
-    _set_model(env, w.model)
-    _set_config_digest(env, w.config_digest)
-    _set_run_id(env, w.run_id)
-    _set_provider_state(env, state)
-    _set_loop_state(env, None if loop == _NULL else bytes(loop))
-    _set_pending_calls(env, tuple(map(_call, w.pending_calls)) if w.pending_calls else ())
-    _set_turn(env, w.turn)
-    _set_remaining_turns(env, w.remaining_turns)
-    _set_reason(env, w.reason)
-    _set_trace_id(env, w.trace_id)
-    _set_deadline(env, w.deadline)
-    _set_created_at(env, w.created_at)
-    _set_labels(env, MappingProxyType(w.labels))
-    return env
+def _call_from_wire(calls: list[_WireCall]) -> tuple[PendingCall, ...]:
+    return tuple(map(_call, calls)) if calls else ()
 
 
 def _call(c: _WireCall) -> PendingCall:
@@ -275,45 +232,66 @@ def _call(c: _WireCall) -> PendingCall:
     return call
 
 
-_NULL = msgspec.Raw(b"null")
+# How a member differs from its Envelope field on the wire, by name; the others are the field's value.
+_TO_WIRE: dict[str, Callable[[Any], Any]] = {
+    "loop_state": lambda loop: _NULL if loop is None else msgspec.Raw(loop),
+    "pending_calls": _call_to_wire,
+    "labels": dict,
+}
+_FROM_WIRE: dict[str, Callable[[Any], Any]] = {
+    "loop_state": lambda loop: None if loop == _NULL else bytes(loop),
+    "pending_calls": _call_from_wire,
+    "labels": MappingProxyType,
+}
 _new_envelope, _new_call = Envelope.__new__, PendingCall.__new__
-(
-    _set_version,
-    _set_provider,
-    _set_model,
-    _set_config_digest,
-    _set_run_id,
-    _set_provider_state,
-    _set_loop_state,
-    _set_pending_calls,
-    _set_turn,
-    _set_remaining_turns,
-    _set_reason,
-    _set_trace_id,
-    _set_deadline,
-    _set_created_at,
-    _set_labels,
-) = (
-    ENVELOPE_SETTERS[name]
-    for name in (
-        "version",
-        "provider",
-        "model",
-        "config_digest",
-        "run_id",
-        "provider_state",
-        "loop_state",
-        "pending_calls",
-        "turn",
-        "remaining_turns",
-        "reason",
-        "trace_id",
-        "deadline",
-        "created_at",
-        "labels",
-    )
-)
-_set_call_id, _set_call_name, _set_call_input = (CALL_SETTERS[name] for name in ("id", "name", "input"))
+_set_call_id, _set_call_name, _set_call_input = CALL_SETTERS["id"], CALL_SETTERS["name"], CALL_SETTERS["input"]
+
+
+def _body_codec(
+    meta: type[msgspec.Struct],
+) -> tuple[Callable[[Envelope, datetime], bytes], Callable[[bytes | memoryview, bytes | memoryview], Envelope]]:
+    """The body's prefix encoder and its decoder, built from `meta`'s members by name (`_WireMeta`)."""
+    names: tuple[str, ...] = meta.__struct_fields__
+    if set(names) != set(ENVELOPE_SETTERS) - {"provider_state"}:
+        raise TypeError(f"the envelope body's members {sorted(names)} are not Envelope's fields but provider_state")
+    fields = operator.attrgetter(*names)  # the envelope's values, in the members' order
+    to_wire = [(i, _TO_WIRE[name]) for i, name in enumerate(names) if name in _TO_WIRE]
+    created = names.index("created_at")
+    setters = [(ENVELOPE_SETTERS[name], _FROM_WIRE.get(name)) for name in names]
+    set_state = ENVELOPE_SETTERS["provider_state"]
+    decoder = msgspec.json.Decoder(meta)
+    astuple = msgspec.structs.astuple
+
+    def encode_prefix(env: Envelope, created_at: datetime) -> bytes:
+        """The envelope JSON up to and including `"provider_state":`; the state and `}` follow it."""
+        values = list(fields(env))
+        for i, convert in to_wire:
+            values[i] = convert(values[i])
+        values[created] = created_at  # stamped by the save, not the envelope's own (which may be None)
+        return _encoder.encode(meta(*values))[:-1] + STATE_MEMBER
+
+    def decode_body(prefix: bytes | memoryview, state: bytes | memoryview) -> Envelope:
+        """The envelope from a body cut around its state; `state` is kept as it is (a view: see `open_frame`).
+
+        Raises `msgspec.DecodeError`/`ValidationError` on a prefix that is not one `encode_prefix` writes.
+        """
+        n = len(prefix) - len(STATE_MEMBER)
+        if n < 2 or prefix[n:] != STATE_MEMBER:
+            raise msgspec.DecodeError("the envelope does not end with provider_state")
+        wire = decoder.decode(b"".join((prefix[:n], b"}")))
+        env = _new_envelope(Envelope)
+        # The slots' own setters (`ENVELOPE_SETTERS`): `object.__setattr__` looks each descriptor up again.
+        for (set_, convert), value in zip(setters, astuple(wire), strict=True):
+            if type(value) is datetime and value.tzinfo is None:
+                raise msgspec.ValidationError("a time in the envelope is naive")
+            set_(env, value if convert is None else convert(value))
+        set_state(env, state)
+        return env
+
+    return encode_prefix, decode_body
+
+
+_encode_prefix, _decode_body = _body_codec(_WireMeta)
 
 
 # --- whole frames ------------------------------------------------------------------------------

@@ -331,15 +331,20 @@ class Envelope:
             and type(trace_id) is str
             and "".join(texts).isascii()
         ):
-            for name, text in zip(_TEXT_FIELDS, texts, strict=True):
-                if not _is_str(text):
+            given = locals()
+            for name in _TEXT_FIELDS:
+                if not _is_str(given[name]):
                     raise InvalidEnvelope(f"{name} must be a str (valid UTF-8)")
         if not (type(version) is int and type(turn) is int and type(remaining_turns) is int):
             for name, number in (("version", version), ("turn", turn), ("remaining_turns", remaining_turns)):
                 if not isinstance(number, int) or isinstance(number, bool):
                     raise InvalidEnvelope(f"{name} must be an int")
-        for setter, value in zip(_TEXT_SETTERS, texts, strict=True):
-            setter(self, value)
+        _SET_PROVIDER(self, provider)
+        _SET_MODEL(self, model)
+        _SET_DIGEST(self, config_digest)
+        _SET_RUN_ID(self, run_id)
+        _SET_REASON(self, reason)
+        _SET_TRACE(self, trace_id)
         _SET_VERSION(self, version)
         _SET_TURN(self, turn)
         _SET_REMAINING(self, remaining_turns)
@@ -395,20 +400,21 @@ loaded envelope's). `provider_state`'s is the slot's, beneath `_StateField`."""
 CALL_SETTERS = _slot_setters(PendingCall)
 """PendingCall's, as ENVELOPE_SETTERS."""
 _TEXT_FIELDS = ("provider", "model", "config_digest", "run_id", "reason", "trace_id")
-_TEXT_SETTERS: tuple[Any, ...] = tuple(ENVELOPE_SETTERS[name] for name in _TEXT_FIELDS)
-_SET_LOOP, _SET_VERSION, _SET_TURN, _SET_REMAINING, _SET_DEADLINE, _SET_CREATED, _SET_CALLS, _SET_LABELS = (
-    ENVELOPE_SETTERS[name]
-    for name in (
-        "loop_state",
-        "version",
-        "turn",
-        "remaining_turns",
-        "deadline",
-        "created_at",
-        "pending_calls",
-        "labels",
-    )
-)
+# Each field's setter by its name (a save sets fifteen): never paired with a value by position.
+_SET_PROVIDER = ENVELOPE_SETTERS["provider"]
+_SET_MODEL = ENVELOPE_SETTERS["model"]
+_SET_DIGEST = ENVELOPE_SETTERS["config_digest"]
+_SET_RUN_ID = ENVELOPE_SETTERS["run_id"]
+_SET_REASON = ENVELOPE_SETTERS["reason"]
+_SET_TRACE = ENVELOPE_SETTERS["trace_id"]
+_SET_LOOP = ENVELOPE_SETTERS["loop_state"]
+_SET_VERSION = ENVELOPE_SETTERS["version"]
+_SET_TURN = ENVELOPE_SETTERS["turn"]
+_SET_REMAINING = ENVELOPE_SETTERS["remaining_turns"]
+_SET_DEADLINE = ENVELOPE_SETTERS["deadline"]
+_SET_CREATED = ENVELOPE_SETTERS["created_at"]
+_SET_CALLS = ENVELOPE_SETTERS["pending_calls"]
+_SET_LABELS = ENVELOPE_SETTERS["labels"]
 
 
 class _StateField:
