@@ -64,7 +64,8 @@ log = logging.getLogger("berth")
 EDITABLE_SCHEMAS = frozenset({"1.21"})
 """The `RunState.to_json` schema versions whose layout an edit is applied to (the SDK has no public call to
 change a pending call's arguments). A run serialized in another schema gets no edit applied: the call is
-rejected, never run with other arguments than those approved."""
+rejected, never run with other arguments than those approved. pyproject's openai-agents extra is capped below
+the SDK's next release, and tests/test_other_packages.py fails on that release, naming what to check."""
 
 
 def _describe(obj: Any) -> str:

@@ -95,8 +95,10 @@ def _descriptions(agent: Agent[Any, Any]) -> dict[str, str]:
 
 
 def _instructions(agent: Agent[Any, Any]) -> list[str]:
-    # pydantic-ai has no public reader of an agent's instructions; its own list is read
-    # defensively (absent, it contributes nothing), static text by value, functions by name.
+    # pydantic-ai has no public reader of an agent's instructions, which the digest must cover (a run
+    # parked under other instructions never resumes): its own list is read, static text by value,
+    # functions by name. So pyproject's pydantic-ai extra is capped below the next release, and
+    # tests/test_other_packages.py fails on that release, naming what to check before raising it.
     out = []
     for item in getattr(agent, "_instructions", None) or ():
         instruction = getattr(item, "instruction", item)
