@@ -76,9 +76,12 @@ _COORDINATOR = {
     "arun": "run",
 }
 
+_PG_POOL = {"AsyncConnection": "Connection", "AsyncCursor": "Cursor", "AsyncLease": "Lease", "AsyncPool": "Pool"}
+
 TWINS: tuple[Twin, ...] = (
     Twin("src/berth/_aio_coordinator.py", "src/berth/_coordinator.py", _COORDINATOR),
     Twin("src/berth/_aio_questions.py", "src/berth/_questions.py", _QUESTIONS),
+    Twin("src/berth/backends/postgres/_aio_pool.py", "src/berth/backends/postgres/_pool.py", _PG_POOL),
 )
 """Every generated module, sorted by target; paths relative to the repository's root."""
 

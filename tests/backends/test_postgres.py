@@ -528,7 +528,7 @@ def test_pooled_cursors_keep_no_large_frame(open_backend) -> None:
 def test_a_large_frame_is_read_in_pieces_and_never_mixes_two_saves(open_backend, monkeypatch) -> None:
     # issue 15.6: a frame over _WHOLE is not sent in one row (libpq's buffer, its result and
     # psycopg's bytes each held it: 3x the state); it is read a piece at a time at its generation
-    from berth.backends import postgres as module
+    from berth.backends.postgres import _sql as module
 
     monkeypatch.setattr(module, "_PIECE", 300_000)  # pieces, and a short last one
     backend = open_backend(pool_max_size=1)

@@ -11,7 +11,6 @@ import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
 import redis.exceptions
@@ -24,6 +23,7 @@ from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends._bulk import Data, Head
 from berth.backends._errmap import ErrorMap, Row
+from berth.backends._url import own_options
 
 __all__ = [
     "DELETE",
@@ -140,19 +140,7 @@ def _gen_text(value: int) -> bytes:
 
 def client_args(url: str, options: dict[str, Any], retry: Any = None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """(URL for redis-py, options for redis-py, berth's own options) of a `redis://` URL and keywords."""
-    parts = urlsplit(url)
-    kept = []
-    for item in parts.query.split("&") if parts.query else []:
-        raw_key, _, raw_value = item.partition("=")
-        key, value = unquote(raw_key), unquote(raw_value)
-        convert = _URL_OPTIONS.get(key)
-        if convert is None:
-            kept.append(item)
-            continue
-        try:
-            options.setdefault(key, convert(value))
-        except ValueError:
-            raise BerthError(f"redis URL option {key}={value!r} is not valid") from None
+    client_url = own_options(url, _URL_OPTIONS, options, "redis")
     own = {k: options.pop(k) for k in list(options) if k in _URL_OPTIONS}
     for forbidden in ("decode_responses", "retry", "retry_on_error", "retry_on_timeout"):
         if forbidden in options:
@@ -166,7 +154,7 @@ def client_args(url: str, options: dict[str, Any], retry: Any = None) -> tuple[s
     # and re-running a claim could turn a win into a reported loss.
     options["retry"] = retry if retry is not None else Retry(NoBackoff(), 0)
     options["decode_responses"] = False
-    return urlunsplit(parts._replace(query="&".join(kept))), options, own
+    return client_url, options, own
 
 
 class Keyspace:
