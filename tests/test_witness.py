@@ -422,7 +422,7 @@ def test_the_coordinator_never_resumes_a_replayed_run(setup: Setup) -> None:
 
 def _steps(store: berth.Store, plan: Any) -> int:
     """How many I/O steps `plan` makes when it runs to its end."""
-    targets = {"frames": store.backend, "witness": store.core.witness.backend, "cpu": INLINE}
+    targets = _targets(store)
     n, step = 0, next(plan)
     try:
         while True:
@@ -434,8 +434,8 @@ def _steps(store: berth.Store, plan: Any) -> int:
 
 def _killed_after(store: berth.Store, plan: Any, steps: int) -> None:
     """Run the first `steps` I/O steps of `plan`, then drop it: a SIGKILL at that point."""
-    targets = {"frames": store.backend, "witness": store.core.witness.backend, "cpu": INLINE}
-    step: Call = next(plan)
+    targets = _targets(store)
+    step: Call[Any] = next(plan)
     for _ in range(steps):
         try:
             step = plan.send(getattr(targets[step.role], step.method)(*step.args, **step.kwargs))
@@ -480,8 +480,8 @@ class _Reads:
         return counted
 
 
-def _targets(store: berth.Store) -> dict[str, Any]:
-    return {"frames": store.backend, "witness": store.core.witness.backend, "cpu": INLINE}
+def _targets(store: berth.Store) -> dict[Any, Any]:
+    return store.core.witness.targets(store.backend, INLINE)
 
 
 def test_a_save_and_a_delete_read_only_heads_and_a_claim_reads_the_frame_once(store: berth.Store) -> None:
@@ -491,7 +491,7 @@ def test_a_save_and_a_delete_read_only_heads_and_a_claim_reads_the_frame_once(st
     env = make_envelope("r1", provider_state={"blob": "x" * 200_000})
     _park(store, "a", "r0")
     frames = _Reads(store.backend)
-    targets = {"frames": frames, "witness": store.core.witness.backend, "cpu": INLINE}
+    targets = store.core.witness.targets(frames, INLINE)
     build = functools.partial(store.core.seal, "a", env, store.now())
     run(store.core.witness.save(store.core, "a", build, False, None), targets)  # over a landed frame
     assert frames.calls["get"] == 0 and frames.calls["head"] == 1, frames.calls

@@ -12,9 +12,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from berth._aio_store import AsyncStore
-from berth._coordinator_core import AsyncQuestionsLike, CoordinatorCore, Wake
+from berth._coordinator_core import AsyncQuestionsLike, CoordinatorCore, QuestionsLike, Wake
 from berth._envelope import Envelope
 from berth._plan import arun
+from berth._store import StoreSteps
 
 # twin: sync from berth._public import publish
 
@@ -57,7 +58,7 @@ class AsyncCoordinator:
         """Every decision of suspend and wake, as plans (one core class serves the sync and the async coordinator)."""
         self.store = store
         self.questions = questions
-        self._targets = {"store": store, "questions": questions}
+        self._targets = {StoreSteps: store.steps, QuestionsLike: questions}
 
     def __repr__(self) -> str:
         return f"AsyncCoordinator({self.store!r}, {self.questions!r}, default_deadline={self.default_deadline!r})"

@@ -25,7 +25,7 @@ from berth._question_core import NAMESPACE, QuestionCore
 from berth._question_types import Answer, Decision, Question, ToolRequest
 from berth._questions import QuestionStore  # twin: async-only
 from berth._sealer import Sealer
-from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing
+from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, StoreSteps
 from berth.backends._aio import DEFAULT_MAX_THREADS, AsyncBackend, sync_twin  # twin: async-only
 
 __all__ = ["AsyncQuestionStore", "open_questions"]
@@ -83,7 +83,7 @@ class AsyncQuestionStore:
             clock=clock,
             namespace=NAMESPACE,
         )
-        self._targets = {"frames": self._frames}
+        self._targets = {StoreSteps: self._frames.steps}
         self.notify = as_webhook(notify)
         """Told of every question asked and answer given through this store (None: nobody is told)."""
 

@@ -23,7 +23,7 @@ from berth._envelope import Envelope
 from berth._errors import TokenMismatch
 from berth._plan import OFF_LOOP_BYTES, Plan, arun
 from berth._sealer import Sealer
-from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Parked, ResealReport, Store
+from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Parked, ResealReport, Store, StoreSteps
 from berth._token import Token
 from berth._witness import AuditReport, Snapshot
 from berth.backends._aio import AsyncBackend, sync_twin
@@ -83,8 +83,10 @@ class AsyncStore:
         )
         self._core = self._sync.core
         self.backend = backend
-        self._targets = {"store": self}
         self._witness_backend = witness
+        self.steps = _Steps(self)
+        """This store playing `StoreSteps` in plans, awaited (a claim's, a coordinator's, the question store's)."""
+        self._targets = {StoreSteps: self.steps}
 
     @property
     def identity(self) -> str:
@@ -128,7 +130,9 @@ class AsyncStore:
     async def _witnessed(self, key: str, what: str, plan: Plan[T]) -> T:
         """Await a witness plan (berth._witness) over this store's backend and its witness's."""
         try:
-            return await arun(plan, {"frames": self.backend, "witness": self._witness_backend, "cpu": _OFF_LOOP})
+            assert self._core.witness is not None
+            targets = self._core.witness.targets(self.backend, _OFF_LOOP, self._witness_backend)
+            return await arun(plan, targets)
         except Exception as exc:
             self._core.reraise(exc, key, what)
 
@@ -193,14 +197,13 @@ class AsyncStore:
 
     async def delete(self, key: str, token: Token) -> None:
         """Remove the envelope under `key` only if `token` is current, as `Store.delete`."""
-        await self.remove(key, token, "deleted")
+        await self._remove(key, token, "deleted")
 
-    async def remove(
-        self, key: str, token: Token, how: str, seen: Snapshot | None = None, *, whole: bool = False
-    ) -> None:
-        """`delete`, saying how the frame left to a witness: the plans' delete step, as `Store.remove`."""
+    async def _remove(self, key: str, token: Token, how: str, seen: object = None, *, whole: bool = False) -> None:
+        """`delete`, saying how the frame left (`StoreSteps.remove`), as `Store._remove`."""
         core = self._core
         if core.witness is not None:
+            seen = seen if isinstance(seen, Snapshot) else None
             await self._witnessed(key, how, core.witness.leave(core, key, token, how, seen, whole=whole))
             return
         name = core.delete_name(key, token)
@@ -209,8 +212,8 @@ class AsyncStore:
         except Exception as exc:
             self._core.reraise(exc, key, "delete")
 
-    async def claim_load(self, key: str) -> tuple[Parked | None, Snapshot | None]:
-        """A claim's load and the snapshot it judged: the claim plan's load step, as `Store.claim_load`."""
+    async def _claim_load(self, key: str) -> tuple[Parked | None, object]:
+        """A claim's load and the snapshot it judged, as `Store._claim_load`."""
         core = self._core
         if core.witness is not None:
             return await self._witnessed(key, "load", core.witness.load_seen(core, key, False))
@@ -354,7 +357,7 @@ class AsyncStore:
 
     async def _removed(self, key: str, token: Token, how: str) -> bool:
         try:
-            await self.remove(key, token, how, whole=True)
+            await self._remove(key, token, how, whole=True)
         except TokenMismatch:
             return False
         return True
@@ -411,3 +414,15 @@ class AsyncStore:
         except Exception as exc:
             return exc
         return True
+
+
+class _Steps:
+    """An `AsyncStore` playing `StoreSteps`, awaited: its own methods, bound once."""
+
+    __slots__ = ("claim_load", "load", "remove", "save")
+
+    def __init__(self, store: AsyncStore):
+        self.save = store.save
+        self.load = store.load
+        self.claim_load = store._claim_load
+        self.remove = store._remove

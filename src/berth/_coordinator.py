@@ -11,7 +11,7 @@ from berth._coordinator_core import CoordinatorCore, QuestionsLike, Wake
 from berth._envelope import Envelope
 from berth._plan import run
 from berth._public import publish
-from berth._store import Store
+from berth._store import Store, StoreSteps
 
 __all__ = ["Coordinator"]
 
@@ -52,7 +52,7 @@ class Coordinator:
         """Every decision of suspend and wake, as plans (one core class serves the sync and the async coordinator)."""
         self.store = store
         self.questions = questions
-        self._targets = {"store": store, "questions": questions}
+        self._targets = {StoreSteps: store.steps, QuestionsLike: questions}
 
     def __repr__(self) -> str:
         return f"Coordinator({self.store!r}, {self.questions!r}, default_deadline={self.default_deadline!r})"

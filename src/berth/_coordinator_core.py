@@ -27,10 +27,10 @@ from typing import Any, NamedTuple, Protocol
 from berth._envelope import ENVELOPE_VERSION, Envelope
 from berth._errors import BackendError, BerthError, ConfigDrift, Expired, InvalidEnvelope, TokenMismatch, where
 from berth._keys import validate_key
-from berth._plan import Plan, call, commit
+from berth._plan import Plan, commit, role, step
 from berth._public import publish
 from berth._question_types import Answer, Question
-from berth._store import StoreCore
+from berth._store import StoreCore, StoreSteps
 from berth._token import Token
 
 __all__ = ["QUESTION_LABEL", "AsyncQuestionsLike", "CoordinatorCore", "QuestionsLike", "Wake", "WakeDecision"]
@@ -96,6 +96,7 @@ class Wake(_WakeFields):
         return f"Wake({self.decision.name}, run_id={run!r}, answer_to={answered!r}, reason={self.reason!r}{extra})"
 
 
+@role
 class QuestionsLike(Protocol):
     """What the coordinator needs of a question store (`berth.QuestionStore` is one)."""
 
@@ -199,12 +200,11 @@ class CoordinatorCore:
             labels=labels,
         )
         prompt = question or _prompt_for(envelope)
-        yield call("store", "save", key, envelope)
+        yield from step(StoreSteps.save, key, envelope)
         try:
             # The run's deadline goes with the question, so a question store can retire it with its run.
-            yield call(
-                "questions",
-                "ask",
+            yield from step(
+                QuestionsLike.ask,
                 key,
                 prompt,
                 run_id=envelope.run_id,
@@ -247,7 +247,7 @@ class CoordinatorCore:
         """Wake as a plan of store and question-store calls (run by `Coordinator`, awaited by `AsyncCoordinator`)."""
         key = validate_key(key, self.identity)
         try:
-            parked = yield call("store", "load", key, allow_expired=True)
+            parked = yield from step(StoreSteps.load, key, allow_expired=True)
         except BerthError as exc:
             return self._rearm(key, "load failed", exc)
         if parked is None:
@@ -261,7 +261,7 @@ class CoordinatorCore:
             return (yield from self._remove_dead(key, envelope, token, dead))
         try:
             with self._question_store(key, "answer lookup"):
-                answer = yield call("questions", "answer", key)
+                answer = yield from step(QuestionsLike.answer, key)
         except BerthError as exc:
             return self._rearm(key, "answer lookup failed", exc)
         if answer is None:
@@ -280,8 +280,8 @@ class CoordinatorCore:
             # known (berth.aio), the wake stops there: the run is parked again and its question, not yet
             # consumed, still holds the answer, so the next wake resumes it. After it, the run is the
             # caller's: the question is consumed and the wake returns (berth._plan.commit).
-            yield commit(
-                call("store", "remove", key, token, "claimed"),
+            yield from commit(
+                step(StoreSteps.remove, key, token, "claimed"),
                 undo=lambda _: self.store.handback(key, envelope),
                 delivers=True,
             )
@@ -315,14 +315,14 @@ class CoordinatorCore:
             # question asked for a run parked after it is never the one consumed.
             try:
                 with self._question_store(key, "pending question lookup"):
-                    pending = yield call("questions", "pending", key)
+                    pending = yield from step(QuestionsLike.pending, key)
             except BerthError as exc:
                 log.warning("berth: cannot read the question of a dead run at %s: %s", where(self.identity, key), exc)
                 pending = None
             if pending is not None and pending.run_id == envelope.run_id:
                 question_id = pending.id
         try:
-            yield call("store", "remove", key, token, why)  # expired or drifted, for a witness
+            yield from step(StoreSteps.remove, key, token, why)  # expired or drifted, for a witness
         except TokenMismatch:
             return Wake(WakeDecision.FRESH, reason=f"{why}; removed by another waker")
         except BerthError as exc:
@@ -347,7 +347,7 @@ class CoordinatorCore:
 
     def _consume(self, key: str, question_id: str) -> Plan[None]:
         try:
-            yield call("questions", "consume", key, question_id)
+            yield from step(QuestionsLike.consume, key, question_id)
         except Exception as exc:  # past the commit point: log, never raise
             log.warning(
                 "berth: could not consume question %r at %s (it stays until swept): %s",

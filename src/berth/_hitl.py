@@ -29,23 +29,23 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import orjson
 
 from berth._aio_questions import AsyncQuestionStore
 from berth._aio_store import AsyncStore
 from berth._answers import frame_answer
-from berth._coordinator_core import CoordinatorCore, Wake, WakeDecision
+from berth._coordinator_core import CoordinatorCore, QuestionsLike, Wake, WakeDecision
 from berth._envelope import Envelope, check_resumable
 from berth._errors import InvalidEnvelope, where
 from berth._keys import validate_key
-from berth._plan import InThreads, Plan, arun, call, run
+from berth._plan import InThreads, Plan, arun, role, run, step
 from berth._question_types import Answer, Decision, Question, ToolRequest, read_text
 from berth._questions import QuestionStore
-from berth._store import Store
+from berth._store import Store, StoreSteps
 
 __all__ = [
     "APPROVAL",
@@ -135,6 +135,46 @@ def _structured(call: Pending) -> tuple[tuple[Decision, ...], ToolRequest]:
     return APPROVAL, tool
 
 
+@role
+class QuestionRecords(Protocol):
+    """The question store's steps in `CallPlans`' plans (`berth.QuestionStore` plays it; the aio one awaited)."""
+
+    def ask(
+        self,
+        key: str,
+        prompt: str,
+        *,
+        run_id: str = "",
+        question_id: str | None = None,
+        deadline: datetime | None = None,
+        accepts: Iterable[Decision | str] = (),
+        tool: ToolRequest | None = None,
+    ) -> Question:
+        """`QuestionStore.ask`."""
+        ...
+
+    def pending(self, key: str) -> Question | None:
+        """`QuestionStore.pending`."""
+        ...
+
+    def record(self, key: str) -> tuple[Question, Answer | None] | None:
+        """`QuestionStore.record`."""
+        ...
+
+    def consume(self, key: str, question_id: str) -> bool:
+        """`QuestionStore.consume`."""
+        ...
+
+
+@role
+class Framework(Protocol):
+    """The framework's run, resumed as the last step of a wake (`Parking.resume`)."""
+
+    def __call__(self, wake: Wake) -> object:
+        """Resume the run `wake` delivered; its result is the `Outcome`'s."""
+        ...
+
+
 class CallPlans:
     """A question store view for the coordinator, as plans: one question per pending call, answered as a set.
 
@@ -154,20 +194,19 @@ class CallPlans:
             call_ = self.calls[i - 1]
             prompt_i = _prompt(call_, run_id)
             accepts, tool = _structured(call_)
-            yield call(
-                "questions", "ask", call_key(key, i), prompt_i, run_id=run_id,
+            yield from step(QuestionRecords.ask, call_key(key, i), prompt_i, run_id=run_id,
                 question_id=f"{question_id}.{i}.{n}", deadline=self.deadline, accepts=accepts, tool=tool,
             )  # fmt: skip
         i = n + 1
-        while (stale := (yield call("questions", "pending", call_key(key, i)))) is not None:
-            yield call("questions", "consume", call_key(key, i), stale.id)  # an earlier park's extra calls
+        while (stale := (yield from step(QuestionRecords.pending, call_key(key, i)))) is not None:
+            yield from step(QuestionRecords.consume, call_key(key, i), stale.id)  # an earlier park's extra calls
             i += 1
-        first = yield call("questions", "pending", call_key(key, 1))
+        first = yield from step(QuestionRecords.pending, call_key(key, 1))
         assert first is not None
         return Question(question_id, key, run_id, prompt, first.asked_at)
 
     def _pending(self, key: str) -> Plan[Question | None]:
-        first = yield call("questions", "pending", call_key(key, 1))
+        first = yield from step(QuestionRecords.pending, call_key(key, 1))
         if first is None:
             return None
         parent = first.id.split(".", 1)[0]
@@ -175,7 +214,7 @@ class CallPlans:
 
     def _answer(self, key: str) -> Plan[Answer | None]:
         # One read per call: the question (naming the park and the count) with its answer.
-        first = yield call("questions", "record", call_key(key, 1))
+        first = yield from step(QuestionRecords.record, call_key(key, 1))
         if first is None:
             return None
         parent, _, count = first[0].id.partition(".1.")
@@ -185,10 +224,11 @@ class CallPlans:
         answers: list[Answer] = []
         docs: list[dict[str, Any]] = []
         for i in range(1, n + 1):
-            record = first if i == 1 else (yield call("questions", "record", call_key(key, i)))
+            record = first if i == 1 else (yield from step(QuestionRecords.record, call_key(key, i)))
             if record is None or record[1] is None or record[0].id != f"{parent}.{i}.{n}":
                 return None
             question, answer = record
+            assert answer is not None  # checked above (a tuple's item is not narrowed)
             answers.append(answer)
             docs.append(
                 {
@@ -207,10 +247,10 @@ class CallPlans:
         removed = False
         i = 1
         while True:
-            q = yield call("questions", "pending", call_key(key, i))
+            q = yield from step(QuestionRecords.pending, call_key(key, i))
             if q is None or not q.id.startswith(question_id + "."):
                 return removed
-            removed = (yield call("questions", "consume", call_key(key, i), q.id)) or removed
+            removed = (yield from step(QuestionRecords.consume, call_key(key, i), q.id)) or removed
             i += 1
 
 
@@ -218,7 +258,7 @@ class CallQuestions(CallPlans):
     """`CallPlans` run against a `berth.QuestionStore`: a `QuestionsLike` for the coordinator."""
 
     def _run(self, plan: Plan[T]) -> T:
-        return run(plan, {"questions": self.questions})
+        return run(plan, {QuestionRecords: self.questions})
 
     def ask(
         self, key: str, prompt: str, *, run_id: str, question_id: str, deadline: datetime | None = None
@@ -240,7 +280,7 @@ class AsyncCallQuestions(CallPlans):
     """`CallPlans` awaited against a `berth.aio.AsyncQuestionStore`: an `AsyncQuestionsLike` for the coordinator."""
 
     async def _arun(self, plan: Plan[T]) -> T:
-        return await arun(plan, {"questions": self.questions})
+        return await arun(plan, {QuestionRecords: self.questions})
 
     async def ask(
         self, key: str, prompt: str, *, run_id: str, question_id: str, deadline: datetime | None = None
@@ -319,17 +359,17 @@ class Parking:
         """A coordinator's plan (`suspend_plan`, `wake_plan`) over this parking's stores, awaited: natively
         over `berth.aio` ones, each step in a worker thread over sync ones (`InThreads`), so a cancelled
         wake hands its run back either way (a whole wake in `asyncio.to_thread` dropped it)."""
-        targets: dict[str, Any]
+        targets: dict[Any, Any]
         if isinstance(self.store, AsyncStore):
             assert isinstance(self.questions, AsyncQuestionStore)
             core = self.store.sync.core
             questions = AsyncCallQuestions(self.questions, calls, deadline)
-            targets = {"store": self.store, "questions": questions, "framework": resume}
+            targets = {StoreSteps: self.store.steps, QuestionsLike: questions, Framework: resume}
         else:
             assert isinstance(self.questions, QuestionStore)
             core = self.store.core
             threaded = InThreads(CallQuestions(self.questions, calls, deadline))
-            targets = {"store": InThreads(self.store), "questions": threaded, "framework": resume}
+            targets = {StoreSteps: InThreads(self.store.steps), QuestionsLike: threaded, Framework: resume}
         plans = CoordinatorCore(core, default_deadline=self.default_deadline, validate=self._validate)
         return await arun(make(plans), targets)
 
@@ -391,7 +431,7 @@ def _wake_then(coordinator: CoordinatorCore, key: str) -> Plan[Outcome]:
     woke = yield from coordinator.wake_plan(key)
     if woke.decision is not WakeDecision.RESUME:
         return Outcome(woke.decision, None, woke)
-    result = yield call("framework", "__call__", woke)
+    result = yield from step(Framework.__call__, woke)
     return Outcome(WakeDecision.RESUME, result, woke)
 
 

@@ -1,14 +1,29 @@
-"""Plans: a protocol written once as a generator of calls, run by a sync or an async driver.
+"""Plans: a protocol written once as a generator of typed steps, run by a sync or an async driver.
 
-A step of the protocol that does I/O is a `Call` the plan yields: a role
-("store", "questions", ...) and a method name with arguments. `run` makes the
-call on the sync object of that role and sends the result back in; `arun`
-awaits the same method of the async twin. An exception the call raises is
-thrown into the plan at its `yield`, so the plan's own `try`/`except` handles
-it exactly as straight-line code would. This is how `Store` and
-`berth.aio.AsyncStore`, `Coordinator` and `berth.aio.Coordinator` share one
-implementation of every multi-step protocol (claim, suspend, wake, the question
-store's compare-and-swap loops) instead of two copies kept in step by hand.
+A step of the protocol that does I/O is a `Step`: a method of a *role* -- a `typing.Protocol`
+marked with `@role`, such as the store's `StoreSteps` -- with its arguments, built by
+`step(StoreSteps.claim_load, key)`. The plan takes its result with `yield from`:
+
+    parked, seen = yield from step(StoreSteps.claim_load, key)
+
+`step` is typed with a ParamSpec over the protocol's method, so mypy checks the arguments and
+types the result (here `tuple[Parked | None, object]`), and go-to-definition lands on the
+protocol's method, which says what the step does. `run(plan, {StoreSteps: target, ...})` calls
+that method of the sync object playing the role and sends the result back in; `arun` awaits the
+same method of the async object. The protocol is shared by both sides: the sync object
+implements it as written, the async one with each method `async` (a Protocol cannot say "the
+same methods, awaited", so the async side is checked by the shared tests, not by mypy). An
+exception the call raises is thrown into the plan at its `yield`, so the plan's own
+`try`/`except` handles it exactly as straight-line code would. This is how `Store` and
+`berth.aio.AsyncStore`, `Coordinator` and `berth.aio.Coordinator` share one implementation of
+every multi-step protocol (claim, suspend, wake, the witness's writes, the question store's
+compare-and-swap loops) instead of two copies kept in step by hand.
+
+Why `yield from` a step object rather than `yield` it: a generator's send type is one type for
+the whole plan, so a plain `yield` can only hand back `Any`; `Step.__iter__` is a one-step
+generator whose return type is the method's, so each result is typed where it is taken. It costs
+one small generator per step (a few hundred nanoseconds a claim; measured in docs/store.md).
+`call(role, "method", ...)` is the untyped spelling for roles that have no protocol yet.
 
 A commit point is a step marked with `commit(step, undo=..., delivers=...)`. The sync
 driver runs it as any step. The async driver runs it, and every step after it, to its
@@ -33,21 +48,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Generator, Mapping
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 __all__ = [
     "INLINE",
     "OFF_LOOP_BYTES",
     "Call",
+    "Cpu",
     "InThreads",
     "Inline",
     "Plan",
+    "Step",
     "arun",
     "call",
     "commit",
     "cpu",
+    "role",
     "run",
     "settle",
+    "step",
 ]
 
 log = logging.getLogger("berth")
@@ -55,29 +74,80 @@ log = logging.getLogger("berth")
 T = TypeVar("T")
 
 
-class Call(NamedTuple):
-    """One I/O step: `targets[role].method(*args, **kwargs)`, awaited by the async driver."""
-
-    role: str
-    method: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    undo: Callable[[Any], Generator[Call, Any, Any]] | None = None
-    """A commit point's hand-back: `undo(result)` is the plan that gives back what it took."""
-    delivers: bool = False
-    """A commit point after which what the plan took is the caller's (see the module docstring)."""
-    commits: bool = False
+P = ParamSpec("P")
+R = TypeVar("R")
+C = TypeVar("C", bound=type)
 
 
-Plan = Generator[Call, Any, T]
+class Step(Generic[R]):
+    """One I/O step: `targets[role].method(*args, **kwargs)`, awaited by the async driver.
+
+    `yield from` it in a plan: the result comes back typed `R` (see the module docstring).
+    """
+
+    __slots__ = ("args", "commits", "delivers", "kwargs", "method", "role", "undo")
+
+    def __init__(
+        self,
+        role: object,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        undo: Callable[[Any], Plan[Any]] | None = None,
+        delivers: bool = False,
+    ):
+        self.role = role
+        """The protocol class (or, for `call`, the name) whose target the driver calls."""
+        self.method = method
+        self.args = args
+        self.kwargs = kwargs
+        self.undo = undo
+        """A commit point's hand-back: `undo(result)` is the plan that gives back what it took."""
+        self.delivers = delivers
+        """A commit point after which what the plan took is the caller's (see the module docstring)."""
+        self.commits = False
+
+    def __iter__(self) -> Generator[Step[Any], Any, R]:
+        result: R = yield self
+        return result
+
+    def __repr__(self) -> str:
+        role = getattr(self.role, "__name__", self.role)
+        return f"Step({role}.{self.method}, args={self.args!r}, kwargs={self.kwargs!r})"
 
 
-def call(role: str, method: str, *args: Any, **kwargs: Any) -> Call:
-    """The step that calls `method` of the object playing `role`."""
-    return Call(role, method, args, kwargs)
+Call = Step
+"""The step type under its first name (plans of `berth.langgraph` and the Redis backend)."""
+
+Plan = Generator[Step[Any], Any, T]
+
+_ROLES: dict[Any, tuple[type, str]] = {}  # a role's method (the function object) -> (role, its name)
 
 
-def commit(step: Call, *, undo: Callable[[Any], Plan[Any]] | None = None, delivers: bool = False) -> Call:
+def role(cls: C) -> C:
+    """Mark a `Protocol` as a role of plans: each of its public methods (and `__call__`) can be a `step`."""
+    for name, fn in vars(cls).items():
+        if callable(fn) and (not name.startswith("_") or name == "__call__"):
+            _ROLES[fn] = (cls, name)
+    return cls
+
+
+def step(method: Callable[Concatenate[Any, P], R], /, *args: P.args, **kwargs: P.kwargs) -> Step[R]:
+    """The step that calls `method` (a method of a `@role` protocol, e.g. `StoreSteps.remove`) of the
+    object playing that role; `yield from` it to take its typed result."""
+    try:
+        owner, name = _ROLES[method]
+    except KeyError:
+        raise TypeError(f"{method!r} is not a method of a @role protocol") from None
+    return Step(owner, name, args, kwargs)
+
+
+def call(role: str, method: str, *args: Any, **kwargs: Any) -> Step[Any]:
+    """The untyped step that calls `method` of the object playing `role` (a name): for roles with no protocol."""
+    return Step(role, method, args, kwargs)
+
+
+def commit(step: Step[R], *, undo: Callable[[R], Plan[Any]] | None = None, delivers: bool = False) -> Step[R]:
     """`step` as a commit point: awaited to its outcome however the caller is cancelled.
 
     `undo(result)` is the plan that hands back what the step took (a claim's: park the run again
@@ -85,24 +155,35 @@ def commit(step: Call, *, undo: Callable[[Any], Plan[Any]] | None = None, delive
     plan delivered; `delivers`: once this step succeeded with no cancellation pending, the plan's
     result is the caller's, and a cancellation that arrives later is withdrawn, not raised.
     """
-    return step._replace(undo=undo, delivers=delivers, commits=True)
+    marked: Step[R] = Step(step.role, step.method, step.args, step.kwargs, undo, delivers)
+    marked.commits = True
+    return marked
 
 
 OFF_LOOP_BYTES = 256 * 1024
 """States and frames at least this large are sealed and opened in a worker thread, not on the loop."""
 
 
+@role
+class Cpu(Protocol):
+    """The role that runs CPU-bound work over many bytes: in place (`INLINE`), or off an event loop."""
+
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)`."""
+        ...
+
+
 def cpu(size: int, fn: Callable[..., T], *args: Any) -> Plan[T]:
-    """`fn(*args)`, work over `size` bytes: inline when small; when large, a call of the "cpu" role,
-    which `Inline` runs in place and `berth.aio` in a worker thread, off the event loop."""
+    """`fn(*args)`, work over `size` bytes: inline when small; when large, a step of the `Cpu` role,
+    which `INLINE` runs in place and `berth.aio` in a worker thread, off the event loop."""
     if size < OFF_LOOP_BYTES:
         return fn(*args)
-    result: T = yield call("cpu", "run", fn, *args)
+    result: T = yield Step(Cpu, "run", (fn, *args), {})
     return result
 
 
 class Inline:
-    """The sync driver's "cpu" role: runs the work where it is."""
+    """The sync driver's `Cpu` role: runs the work where it is."""
 
     @staticmethod
     def run(fn: Callable[..., T], *args: Any) -> T:
@@ -112,7 +193,7 @@ class Inline:
 INLINE = Inline()
 
 
-def run(plan: Plan[T], targets: Mapping[str, Any]) -> T:
+def run(plan: Plan[T], targets: Mapping[Any, Any]) -> T:
     """Run `plan` to its end, making each call on the sync object of its role."""
     try:
         step = next(plan)
@@ -130,7 +211,7 @@ def run(plan: Plan[T], targets: Mapping[str, Any]) -> T:
         plan.close()
 
 
-async def arun(plan: Plan[T], targets: Mapping[str, Any]) -> T:
+async def arun(plan: Plan[T], targets: Mapping[Any, Any]) -> T:
     """Run `plan` to its end, awaiting each call on the async object of its role.
 
     From its first commit point on (`commit`), each step is awaited to its outcome whatever
@@ -203,7 +284,7 @@ def _held() -> Any:
     return _HELD
 
 
-async def _committing(plan: Plan[T], step: Call, targets: Mapping[str, Any]) -> T:
+async def _committing(plan: Plan[T], step: Step[Any], targets: Mapping[Any, Any]) -> T:
     """Run `plan` on from its first commit point, each step settled (`settle`); see the module docstring."""
     import asyncio
 
@@ -245,7 +326,7 @@ async def _committing(plan: Plan[T], step: Call, targets: Mapping[str, Any]) -> 
 class InThreads:
     """A sync object's methods awaited, each call in a worker thread: a plan over sync stores, awaited.
 
-    `arun(plan, {"store": InThreads(store)})` runs each step of `plan` in a thread, so its commit
+    `arun(plan, {StoreSteps: InThreads(store.steps)})` runs each step of `plan` in a thread, so its commit
     points are settled as `berth.aio`'s are (a whole plan in `asyncio.to_thread` is not: cancelled,
     the thread goes on and its result, a claimed run, is dropped).
     """

@@ -41,7 +41,7 @@ import msgspec
 from berth._envelope import Envelope
 from berth._errors import BackendError, FormatError, IntegrityError, InvalidKey, TokenMismatch, where
 from berth._keys import validate_identity, validate_key
-from berth._plan import Plan, call
+from berth._plan import Plan, step
 from berth._question_types import (
     Answer,
     AnswerRefused,
@@ -54,6 +54,7 @@ from berth._question_types import (
     read_text,
     text_arg,
 )
+from berth._store import StoreSteps
 from berth._time import utcnow
 from berth._token import Token
 
@@ -133,7 +134,7 @@ class QuestionCore:
 
     def _read(self, key: str) -> Plan[_Record | None]:
         """Read the record under `key` (already checked)."""
-        parked = yield call("frames", "load", key, allow_expired=True)
+        parked = yield from step(StoreSteps.load, key, allow_expired=True)
         return self._record(key, parked)
 
     def _record(self, key: str, parked: Any) -> _Record | None:
@@ -285,7 +286,7 @@ class QuestionCore:
         elif not text_arg(question_id, "question_id"):
             raise InvalidKey(f"empty question id at {where(self.identity, key)}", identity=self.identity, key=key)
         question = Question(question_id, key, run_id, prompt, self.clock(), decisions, tool)
-        yield call("frames", "save", key, self._envelope(question, None, deadline))
+        yield from step(StoreSteps.save, key, self._envelope(question, None, deadline))
         return question
 
     def pending(self, key: str) -> Plan[Question | None]:
@@ -371,8 +372,8 @@ class QuestionCore:
             frozen = None if new_arguments is None else MappingProxyType(new_arguments)
             answer = Answer(question_id, body, by, self.clock(), chosen, frozen)
             try:
-                yield call(
-                    "frames", "save", key, self._envelope(pending, answer, record.deadline), if_match=record.token
+                yield from step(
+                    StoreSteps.save, key, self._envelope(pending, answer, record.deadline), if_match=record.token
                 )
             except TokenMismatch:
                 continue  # changed since read: re-read and decide again
@@ -390,7 +391,7 @@ class QuestionCore:
             if record is None or record.question.id != question_id:
                 return False
             try:
-                yield call("frames", "delete", key, record.token)
+                yield from step(StoreSteps.remove, key, record.token, "deleted")
             except TokenMismatch:
                 continue
             return True

@@ -14,7 +14,7 @@ from berth._public import publish
 from berth._question_core import NAMESPACE, QuestionCore
 from berth._question_types import Answer, Decision, Question, ToolRequest
 from berth._sealer import Sealer
-from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Store
+from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Store, StoreSteps
 from berth.backends import Backend, open_backend
 
 __all__ = ["QuestionStore", "open_questions"]
@@ -64,7 +64,7 @@ class QuestionStore:
             clock=clock,
             namespace=NAMESPACE,
         )
-        self._targets = {"frames": self._frames}
+        self._targets = {StoreSteps: self._frames.steps}
         self.notify = as_webhook(notify)
         """Told of every question asked and answer given through this store (None: nobody is told)."""
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol, TypeGuard, TypeVar
 
 from berth._atomic import make_dirs, write_atomic
 from berth._codec import (
@@ -42,7 +42,7 @@ from berth._errors import (
 )
 from berth._keys import validate_identity, validate_key
 from berth._plaintext import PlaintextSealer
-from berth._plan import INLINE, Plan, call, commit, run
+from berth._plan import INLINE, Plan, commit, role, run, step
 from berth._public import publish
 from berth._redact import redact_url
 from berth._sealer import PartsSealer, Sealer, as_parts, check_sealer
@@ -63,6 +63,7 @@ __all__ = [
     "ResealReport",
     "Store",
     "StoreCore",
+    "StoreSteps",
     "load_checkpoint",
     "open_store",
     "save_checkpoint",
@@ -234,6 +235,29 @@ class _BackendCall:
         err = _translate(exc, self.identity, self.key, self.what)
         if err is not exc:
             raise err from exc
+
+
+@role
+class StoreSteps(Protocol):
+    """The store's steps in plans (`berth._plan.step`): what a claim, a wake, a suspend and the question
+    store do to frames. `Store.steps` plays this role; `berth.aio.AsyncStore.steps` plays it awaited."""
+
+    def save(self, key: str, envelope: Envelope, *, if_absent: bool = False, if_match: Token | None = None) -> Token:
+        """`Store.save`."""
+        ...
+
+    def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
+        """`Store.load`."""
+        ...
+
+    def claim_load(self, key: str) -> tuple[Parked | None, object]:
+        """A claim's load, and what it saw for the claim's delete to reuse (opaque to the plan)."""
+        ...
+
+    def remove(self, key: str, token: Token, how: str, seen: object = None) -> None:
+        """`Store.delete`, saying how the frame left ("claimed", "expired", "drifted", "deleted"): a
+        witnessed store records it; `seen` is what `claim_load` returned beside the envelope."""
+        ...
 
 
 class StoreCore:
@@ -462,21 +486,21 @@ class StoreCore:
         return name
 
     def claim_plan(self, key: str) -> Plan[Envelope | None]:
-        """Claim as a plan of store calls, run by `claim` here and awaited by `berth.aio.AsyncStore.claim`."""
+        """Claim as a plan of store steps, run by `claim` here and awaited by `berth.aio.AsyncStore.claim`."""
         try:
-            parked, seen = yield call("store", "claim_load", key)
+            parked, seen = yield from step(StoreSteps.claim_load, key)
         except Expired as exc:
             assert exc.token is not None
             try:
-                yield call("store", "remove", key, exc.token, "expired")
+                yield from step(StoreSteps.remove, key, exc.token, "expired")
             except TokenMismatch:
                 pass
             raise
         if parked is None:
             return None
         try:  # the commit point; cancelled before it is known (berth.aio), the run is handed back
-            yield commit(
-                call("store", "remove", key, parked.token, "claimed", seen),
+            yield from commit(
+                step(StoreSteps.remove, key, parked.token, "claimed", seen),
                 undo=lambda _: self.handback(key, parked.envelope),
                 delivers=True,
             )
@@ -493,8 +517,7 @@ class StoreCore:
                 deadline=deadline,
                 token=parked.token,
             )
-        envelope: Envelope = parked.envelope
-        return envelope
+        return parked.envelope
 
     def handback(self, key: str, envelope: Envelope) -> Plan[None]:
         """Park `envelope` again under `key` (`if_absent`: superseding nothing newer): the undo of a claim or
@@ -507,7 +530,7 @@ class StoreCore:
         if deadline is not None and self.clock() > deadline:
             return None
         try:
-            yield call("store", "save", key, envelope, if_absent=True)
+            yield from step(StoreSteps.save, key, envelope, if_absent=True)
         except TokenMismatch:
             log.info("berth: %s was parked again while a cancelled claim held its run: the newer one stays",
                      where(self.identity, key))  # fmt: skip
@@ -626,6 +649,9 @@ class Store:
         self.backend = as_backend(backend)
         if witness is not None:
             self.core.witness = Witness(as_backend(witness), identity=self.core.identity, sealer=sealer)
+        self.steps: StoreSteps = _Steps(self)
+        """This store playing `StoreSteps` in plans (a claim's, a coordinator's, the question store's)."""
+        self._targets = {StoreSteps: self.steps}
 
     @property
     def identity(self) -> str:
@@ -790,7 +816,7 @@ class Store:
         """Run a witness plan (berth._witness) over this store's backend and its witness's."""
         assert self.core.witness is not None
         try:
-            return run(plan, {"frames": self.backend, "witness": self.core.witness.backend, "cpu": INLINE})
+            return run(plan, self.core.witness.targets(self.backend, INLINE))
         except Exception as exc:
             _reraise(exc, self.identity, key, what)
 
@@ -806,26 +832,13 @@ class Store:
             TokenMismatch: the token is stale, zero, or nothing is parked.
             BackendError: the backend failed; the envelope may or may not be gone.
         """
-        self.remove(key, token, "deleted")
+        self._remove(key, token, "deleted")
 
-    def remove(self, key: str, token: Token, how: str, seen: Snapshot | None = None, *, whole: bool = False) -> None:
-        """`delete`, saying how the frame left to a witness: the delete step of the claim and wake plans.
-
-        Hosts call `delete` (or `claim`); a plan (`StoreCore.claim_plan`, `Coordinator.wake_plan`)
-        calls this, on a `Store` or an `AsyncStore` alike, so the witness records the delete as
-        what it was.
-
-        Args:
-            key: the suspension's name within this identity.
-            token: the token a `load` returned.
-            how: "claimed", "expired", "drifted", "swept" or "deleted" (what the witness records).
-            seen: the snapshot the claim's load took (`claim_load`), which the witness reuses.
-            whole: read the frame whole (a sweep or a prefix delete) rather than by its head.
-
-        Raises:
-            InvalidKey, TokenMismatch, BackendError: as `delete`.
-        """
+    def _remove(self, key: str, token: Token, how: str, seen: object = None, *, whole: bool = False) -> None:
+        """`delete`, saying how the frame left (`StoreSteps.remove`); `whole`: read the frame whole (a sweep
+        or a prefix delete) rather than by its head."""
         if self.core.witness is not None:
+            seen = seen if isinstance(seen, Snapshot) else None
             self._witnessed(key, how, self.core.witness.leave(self.core, key, token, how, seen, whole=whole))
             return
         name = self.core.delete_name(key, token)
@@ -850,15 +863,10 @@ class Store:
             BackendError: the backend failed; if it failed during the delete the claim's
                 outcome is unknown and the caller must not resume.
         """
-        return run(self.core.claim_plan(key), {"store": self})
+        return run(self.core.claim_plan(key), self._targets)
 
-    def claim_load(self, key: str) -> tuple[Parked | None, Snapshot | None]:
-        """A claim's load, and with a witness the snapshot it judged (its `remove` reuses it): the
-        load step of the claim plan (hosts call `load` or `claim`).
-
-        Raises:
-            InvalidKey, Expired, IntegrityError, FormatError, BackendError: as `load`.
-        """
+    def _claim_load(self, key: str) -> tuple[Parked | None, object]:
+        """A claim's load, and with a witness the snapshot it judged (its `_remove` reuses it)."""
         if self.core.witness is not None:
             return self._witnessed(key, "load", self.core.witness.load_seen(self.core, key, False))
         return self.load(key), None
@@ -1044,7 +1052,7 @@ class Store:
     def _removed(self, key: str, token: Token, how: str) -> bool:
         """`remove`, True if it removed the frame, False if the token no longer matched."""
         try:
-            self.remove(key, token, how, whole=True)
+            self._remove(key, token, how, whole=True)
         except TokenMismatch:
             return False
         return True
@@ -1177,6 +1185,18 @@ class Store:
         witness = self._needs_witness("audit")
         with self._backend_call("*", "audit"):
             return witness.audit(self)
+
+
+class _Steps:
+    """A `Store` playing `StoreSteps`: its own methods, bound once (no call of its own per step)."""
+
+    __slots__ = ("claim_load", "load", "remove", "save")
+
+    def __init__(self, store: Store):
+        self.save = store.save
+        self.load = store.load
+        self.claim_load = store._claim_load
+        self.remove = store._remove
 
 
 class _ResealTally:

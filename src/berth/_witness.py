@@ -54,22 +54,22 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import msgspec
 
 from berth._codec import FORMAT_VERSION, MAGIC, MAX_HEADER, PREFIX_SIZE, build_aad, header_size, peek_header
 from berth._errors import BackendError, BerthError, FormatError, IntegrityError, TokenMismatch, where
-from berth._plan import INLINE, Plan, call, cpu, run
+from berth._plan import INLINE, Cpu, Plan, cpu, role, run, step
 from berth._public import publish
 from berth._sealer import Sealer
 from berth._token import Token
-from berth.backends import Backend
+from berth.backends import Backend, Data
 
 if TYPE_CHECKING:
     from berth._store import Parked, Store, StoreCore
 
-__all__ = ["MAX_SEQ", "AuditReport", "Snapshot", "Witness"]
+__all__ = ["MAX_SEQ", "AuditReport", "Snapshot", "Witness", "WitnessIO"]
 
 log = logging.getLogger("berth")
 
@@ -151,7 +151,7 @@ class FrameInfo(NamedTuple):
 class Snapshot(NamedTuple):
     """A consistent read of one key: the frame, its record, the record's witness token, the verdict."""
 
-    found: tuple[bytes, Token] | None
+    found: tuple[Data, Token] | None
     info: FrameInfo | None
     record: Record | None
     wtoken: Token | None
@@ -227,7 +227,7 @@ def _committed(rec: Record, seq: int, digest: str, token: int | str) -> Record:
     )
 
 
-def frame_info(found: tuple[bytes, Token] | None, identity: str, key: str, *, whole: bool = True) -> FrameInfo | None:
+def frame_info(found: tuple[Data, Token] | None, identity: str, key: str, *, whole: bool = True) -> FrameInfo | None:
     """The seq, digest and token of what the store holds under `key` (seq None if the header has none).
 
     `whole=False`: `found` holds only the frame's head; the digest is left None.
@@ -242,7 +242,7 @@ def frame_info(found: tuple[bytes, Token] | None, identity: str, key: str, *, wh
     return FrameInfo(seq, hashlib.sha256(data).hexdigest() if whole else None, token)
 
 
-def _size(found: tuple[bytes, Token] | None) -> int:
+def _size(found: tuple[Data, Token] | None) -> int:
     return 0 if found is None else len(found[0])
 
 
@@ -252,8 +252,46 @@ def _sealed(build: Callable[[int], bytes], seq: int) -> tuple[bytes, str]:
     return frame, hashlib.sha256(frame).hexdigest()
 
 
-def _token_of(found: tuple[bytes, Token] | None) -> Token | None:
+def _token_of(found: tuple[Data, Token] | None) -> Token | None:
     return None if found is None else found[1]
+
+
+@role
+class WitnessIO(Protocol):
+    """The witness plans' role: the store's backend ("frames") and the witness's ("records")."""
+
+    def frame_get(self, name: str) -> tuple[Data, Token] | None:
+        """The store backend's `get`."""
+        ...
+
+    def frame_head(self, name: str, size: int) -> tuple[Data, Token] | None:
+        """The store backend's `head`."""
+        ...
+
+    def frame_put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
+        """The store backend's `put`."""
+        ...
+
+    def frame_delete(self, name: str, token: Token) -> None:
+        """The store backend's `delete`."""
+        ...
+
+    def record_get(self, name: str) -> tuple[Data, Token] | None:
+        """The witness backend's `get`."""
+        ...
+
+    def record_put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
+        """The witness backend's `put`."""
+        ...
+
+
+class _Backends:
+    """Two backends (sync or async alike) playing `WitnessIO`: their own methods, bound once."""
+
+    def __init__(self, frames: Any, records: Any):
+        self.frame_get, self.frame_head, self.frame_put = frames.get, frames.head, frames.put
+        self.frame_delete = frames.delete
+        self.record_get, self.record_put = records.get, records.put
 
 
 class Witness:
@@ -267,6 +305,11 @@ class Witness:
 
     def __repr__(self) -> str:
         return f"Witness({self.backend!r})"
+
+    def targets(self, frames: Any, cpu: Any, records: Any = None) -> dict[Any, Any]:
+        """What its plans run against: `frames` (the store's backend) and `records` (default: the witness's
+        own backend; the async store passes its async twin) as `WitnessIO`, and `cpu` as the `Cpu` role."""
+        return {WitnessIO: _Backends(frames, self.backend if records is None else records), Cpu: cpu}
 
     def name(self, key: str) -> str:
         """The witness backend's name for `key`'s record."""
@@ -282,7 +325,7 @@ class Witness:
         """A record's stored bytes: a magic, then the record sealed and bound to identity and key."""
         return _RECORD_MAGIC + self._sealer.seal(_encoder.encode(rec), aad=self._aad(rec.key))
 
-    def record(self, key: str, found: tuple[bytes, Token] | None) -> tuple[Record | None, Token | None]:
+    def record(self, key: str, found: tuple[Data, Token] | None) -> tuple[Record | None, Token | None]:
         """The record stored under `key` (opened and checked) and its witness token, or (None, None).
 
         Raises `IntegrityError` when it does not open: edited, truncated, moved, forged.
@@ -326,13 +369,13 @@ class Witness:
             if snap is not None:
                 return snap
         for _ in range(_TRIES):
-            found = yield call("frames", "get", name)
-            rec, wtoken = self.record(key, (yield call("witness", "get", self.name(key))))
+            found = yield from step(WitnessIO.frame_get, name)
+            rec, wtoken = self.record(key, (yield from step(WitnessIO.record_get, self.name(key))))
             info = yield from cpu(_size(found), frame_info, found, self.identity, key)
             verdict = judge(rec, info)
             if verdict in _GOOD:
                 return Snapshot(found, info, rec, wtoken, verdict)
-            again = yield call("frames", "head", name, 1)  # only its token: the frame is read whole once
+            again = yield from step(WitnessIO.frame_head, name, 1)  # only its token: the frame is read whole once
             if _token_of(again) == _token_of(found):
                 return Snapshot(found, info, rec, wtoken, verdict)
         raise BackendError(f"the witness of {where(self.identity, key)} kept changing under the read: try again")
@@ -350,7 +393,7 @@ class Witness:
         does not name, or a missing one is read and judged again whole.
         """
         found = yield from self.head(name)
-        rec, wtoken = self.record(key, (yield call("witness", "get", self.name(key))))
+        rec, wtoken = self.record(key, (yield from step(WitnessIO.record_get, self.name(key))))
         info = frame_info(found, self.identity, key, whole=False)
         if info is None:  # nothing in place: the head read is the whole read
             verdict = judge(rec, None)
@@ -361,12 +404,12 @@ class Witness:
             return None
         return Snapshot(found, info, rec, wtoken, OK)
 
-    def head(self, name: str) -> Plan[tuple[bytes, Token] | None]:
+    def head(self, name: str) -> Plan[tuple[Data, Token] | None]:
         """The frame's first bytes, up to the end of its header, and its token (a second ranged read
         only for a header longer than the first)."""
-        found: tuple[bytes, Token] | None = yield call("frames", "head", name, _HEAD_READ)
+        found = yield from step(WitnessIO.frame_head, name, _HEAD_READ)
         if found is not None and (need := header_size(found[0])) is not None and len(found[0]) < need <= _HEAD_MAX:
-            found = yield call("frames", "head", name, need)
+            found = yield from step(WitnessIO.frame_head, name, need)
         return found
 
     def refuse(self, key: str, snap: Snapshot) -> None:
@@ -461,7 +504,7 @@ class Witness:
             except TokenMismatch:
                 continue  # another writer of this key: read again
             try:
-                token: Token = yield call("frames", "put", name, frame, if_match=current, if_absent=current is None)
+                token = yield from step(WitnessIO.frame_put, name, frame, if_match=current, if_absent=current is None)
             except TokenMismatch:
                 if if_absent or if_match is not None:
                     raise
@@ -499,7 +542,7 @@ class Witness:
             info = snap.info
             if snap.verdict not in (OK, PENDING) or info is None or info.seq is None:
                 # Not a frame the witness stands behind: remove it, leave the record as it is.
-                yield call("frames", "delete", name, token)
+                yield from step(WitnessIO.frame_delete, name, token)
                 return None
             seq = info.seq
             rec = snap.record or Record(key)
@@ -511,7 +554,7 @@ class Witness:
                     wtoken = yield from self._put(rec, snap.wtoken)
                 except TokenMismatch:
                     continue
-            yield call("frames", "delete", name, token)  # the commit point: nothing after it fails the call
+            yield from step(WitnessIO.frame_delete, name, token)  # the commit point: nothing after it fails the call
             assert wtoken is not None  # the record was written, or was already this one
             yield from self._after_commit(key, rec, wtoken, functools.partial(_gone, seq=seq, how=how), how)
             return None
@@ -581,7 +624,7 @@ class Witness:
             failure,
         )
         try:
-            yield call("frames", "put", self.note_prefix() + key, _encoder.encode({"after": what}))
+            yield from step(WitnessIO.frame_put, self.note_prefix() + key, _encoder.encode({"after": what}))
         except Exception as exc:  # noqa: BLE001 - the commit stands; the record is still judged good
             log.error(
                 "berth: cannot note the unsettled witness record of %s (%s); the next save of the key settles it",
@@ -608,8 +651,8 @@ class Witness:
         raise BackendError(f"acknowledge at {where(self.identity, key)} kept losing to other writers of the key")
 
     def _put(self, rec: Record, wtoken: Token | None) -> Plan[Token]:
-        token: Token = yield call(
-            "witness", "put", self.name(rec.key), self.seal(rec), if_match=wtoken, if_absent=wtoken is None
+        token = yield from step(
+            WitnessIO.record_put, self.name(rec.key), self.seal(rec), if_match=wtoken, if_absent=wtoken is None
         )
         return token
 
@@ -624,7 +667,7 @@ class Witness:
                 return
             except TokenMismatch:
                 pass
-            found_rec, found_token = self.record(key, (yield call("witness", "get", self.name(key))))
+            found_rec, found_token = self.record(key, (yield from step(WitnessIO.record_get, self.name(key))))
             if found_rec is None or found_token is None:
                 return  # the record was removed: nothing to settle (audit reports the frame)
             rec, wtoken = found_rec, found_token
@@ -636,7 +679,7 @@ class Witness:
         """Compare every frame with its record, and every record with its frame (sync: run by `Store.audit`)."""
         bad: dict[str, list[str]] = {MISSING: [], REPLAYED: [], UNKNOWN: [], "tampered": []}
         seen: set[str] = set()
-        targets = {"frames": store.backend, "witness": self.backend, "cpu": INLINE}
+        targets = self.targets(store.backend, INLINE)
         checked = 0
         for key in self._keys(store):
             if key in seen:
@@ -676,9 +719,9 @@ class Witness:
             if rec != snap.record:
                 yield from self._put(rec, snap.wtoken)
         note = self.note_prefix() + key
-        found = yield call("frames", "get", note)
+        found = yield from step(WitnessIO.frame_get, note)
         if found is not None:
-            yield call("frames", "delete", note, found[1])
+            yield from step(WitnessIO.frame_delete, note, found[1])
 
     def _keys(self, store: Store) -> Iterator[str]:
         """Every key the store holds a frame for, then every key the witness holds a record for."""
