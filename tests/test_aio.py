@@ -562,3 +562,40 @@ def test_async_delete_prefix_and_listing_order() -> None:
 
     latest, ordered, gone = asyncio.run(main())
     assert latest == ["t1/c"] and ordered == ["t1/a", "t1/b", "t1/c", "t10/a"] and gone == 3
+
+
+class _UnreadableRow(MemoryBackend):
+    """A memory backend that also lists one entry it cannot read as a record (a zero token, as a
+    backend's `heads` reports a value of another type), and keeps what `delete_many` was sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[tuple[str, berth.Token]] = []
+
+    def heads(self, prefix: str, size: int) -> Iterator[Any]:
+        yield from super().heads(prefix, size)
+        yield prefix + "zz-not-a-record", berth.FormatError("not a record"), berth.Token.ZERO, 0
+
+    def delete_many(self, items: Any) -> list[bool]:
+        self.sent.extend(items)
+        return super().delete_many(items)
+
+
+def test_async_delete_prefix_is_the_sync_one_and_never_sends_the_zero_token() -> None:
+    sync_backend, async_backend = _UnreadableRow(), _UnreadableRow()
+    sync = berth.Store(sync_backend, identity="z", sealer=_sealer())
+    for key in ("t/a", "t/b"):
+        sync.save(key, make_envelope())
+    removed_sync = sync.delete_prefix("t/")
+
+    async def main() -> int:
+        store = berth.aio.AsyncStore(ThreadedBackend(async_backend), identity="z", sealer=_sealer())
+        for key in ("t/a", "t/b"):
+            await store.save(key, make_envelope())
+        return await store.delete_prefix("t/")
+
+    removed_async = asyncio.run(main())
+    assert removed_sync == removed_async == 2
+    assert all(not token.is_zero for _, token in sync_backend.sent)
+    assert all(not token.is_zero for _, token in async_backend.sent), async_backend.sent
+    assert [name for name, _ in async_backend.sent] == [name for name, _ in sync_backend.sent]

@@ -313,6 +313,8 @@ class AsyncStore:
             async for key, _header, token, _ in self._peeked(
                 self.backend.heads(core.prefix + prefix, core.head_read), prefix, "delete_prefix"
             ):
+                if token.is_zero:  # a value the backend could not read as one of its records, as Store's
+                    continue
                 if core.witness is not None:  # one witnessed delete each, as Store.delete_prefix
                     removed += await self._removed(key, token, "deleted")
                     continue
