@@ -1,10 +1,12 @@
 """`berth serve`: the inbox, a web page and JSON API where people answer what parked runs wait on.
 
 Pieces: `_inbox` (what is shown and answered, over the stores; no HTTP),
-`_auth` (tokens, sessions, trusted header, CSRF), `_app` (the Starlette app),
-`_views` (template filters, JSON documents, metrics text), `_openapi`, and the
-package data `templates/` (Jinja2) and `static/` (one script, one stylesheet;
-no CDN, no build). Needs the `serve` extra (starlette, uvicorn, jinja2,
+`_auth` (tokens, sessions, trusted header, CSRF), `_app` (the Starlette app: its
+route table, error handlers and middleware), `_state` (`InboxState`, the one state
+object every handler reads, and what handlers ask of a request), `_pages` and `_api`
+(the handlers: plain functions of the request), `_views` (template filters, JSON
+documents, metrics text), `_openapi`, and the package data `templates/` (Jinja2)
+and `static/` (one script, one stylesheet; no CDN, no build). Needs the `serve` extra (starlette, uvicorn, jinja2,
 python-multipart), imported only when the command runs.
 """
 
