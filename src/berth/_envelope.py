@@ -95,6 +95,9 @@ def _holds_null(data: bytes) -> bool:
     promises it); neither encoder writes a raw NUL (U+0000 is escaped), and data that holds one
     anyway is searched by CPython.
     """
+    # Kept, measured (issue 33; CPU, in-process A/B, min of 7): the search with its NUL check takes
+    # 2.5 µs against CPython's 15.3 over a 64 KiB state, 1.6 ms against 5.3 over 16 MiB: 22 % and 21 %
+    # of building an envelope from a JSON value of that size (44.5 µs, 14.2 ms). Below 2 KiB: unused.
     if len(data) >= _C_SEARCH_FROM and type(data) is bytes:
         strstr = _c_strstr()
         if strstr is not None and b"\0" not in data:  # memchr: ~0.7 µs over 64 KiB
@@ -373,7 +376,7 @@ class Envelope:
         Integers beyond 64 bits come back as floats (orjson reads them so); a host
         that parks such numbers decodes the verbatim bytes, `provider_state`, itself.
         """
-        return orjson.loads(_STATE_SLOT.__get__(self, Envelope))  # a loaded state's view: no copy out first
+        return orjson.loads(self.provider_state)
 
     def __getstate__(self) -> dict[str, Any]:
         state = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -386,17 +389,15 @@ class Envelope:
         object.__setattr__(self, "labels", MappingProxyType(dict(state["labels"])))
 
 
-_STATE_SLOT: Any = Envelope.__dict__["provider_state"]  # the slot itself, under the field's descriptor
-
-
 def _slot_setters(cls: type) -> dict[str, Callable[[Any, Any], None]]:
     return {name: cls.__dict__[name].__set__ for name in cls.__dict__["__slots__"]}
 
 
-ENVELOPE_SETTERS = _slot_setters(Envelope)  # made before `provider_state`'s descriptor covers its slot
-"""Each Envelope field's own slot setter, by name: called straight, ~1/3 cheaper than
-`object.__setattr__` by name, and a save and a load each set fifteen (`berth._codec` sets a
-loaded envelope's). `provider_state`'s is the slot's, beneath `_StateField`."""
+ENVELOPE_SETTERS = _slot_setters(Envelope)
+"""Each Envelope field's own slot setter, by name: a save and a load each set fifteen (`berth._codec`
+sets a loaded envelope's). Kept, measured (issue 33; CPU, in-process A/B, min of 7): fifteen sets
+cost 0.72 µs through these against 1.35 through `object.__setattr__` by name (which looks each
+descriptor up again), 11 % of building a 1 KiB envelope (5.7 µs) and 6 % of opening its frame (10.5)."""
 CALL_SETTERS = _slot_setters(PendingCall)
 """PendingCall's, as ENVELOPE_SETTERS."""
 _TEXT_FIELDS = ("provider", "model", "config_digest", "run_id", "reason", "trace_id")
@@ -415,34 +416,6 @@ _SET_DEADLINE = ENVELOPE_SETTERS["deadline"]
 _SET_CREATED = ENVELOPE_SETTERS["created_at"]
 _SET_CALLS = ENVELOPE_SETTERS["pending_calls"]
 _SET_LABELS = ENVELOPE_SETTERS["labels"]
-
-
-class _StateField:
-    """`Envelope.provider_state`: bytes always, though a loaded envelope holds its state as a view.
-
-    A load opens the body (one bytes object, the state inside it) and cutting the state out is a
-    copy of it (~66k instructions at 64 KiB), which `state()` does not need: it decodes the view.
-    The view is read-only and its bytes are the opened body's, which nothing else holds (not the
-    store, not the backend), so the envelope stays as isolated as with a copy; the first read of
-    `provider_state` copies the state out once and keeps the copy.
-    """
-
-    __slots__ = ()
-
-    def __get__(self, env: Envelope | None, owner: type | None = None) -> Any:
-        if env is None:
-            return self
-        state = _STATE_SLOT.__get__(env, owner)
-        if type(state) is not bytes:
-            state = bytes(state)
-            _STATE_SLOT.__set__(env, state)
-        return state
-
-    def __set__(self, env: Envelope, value: bytes | memoryview) -> None:
-        _STATE_SLOT.__set__(env, value)
-
-
-type.__setattr__(Envelope, "provider_state", _StateField())
 
 
 # --- digests and the resume check ------------------------------------------------------
