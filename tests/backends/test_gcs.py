@@ -31,10 +31,12 @@ from tests.fakes.proxy import FaultyProxy
 
 storage = require("google.cloud.storage", "Cloud Storage")
 grpc = require("grpc", "Cloud Storage")
+import requests.exceptions  # noqa: E402
 from google.api_core import exceptions as gexc  # noqa: E402
 from google.auth.credentials import AnonymousCredentials  # noqa: E402
+from google.auth.exceptions import TransportError  # noqa: E402
 
-from berth.backends.gcs import _ERRORS, GcsBackend, _is_lost  # noqa: E402
+from berth.backends.gcs import _ERRORS, GcsBackend, _is_lost, _transient  # noqa: E402
 
 pytestmark = pytest.mark.gcs
 
@@ -498,3 +500,37 @@ def test_emulator_wire_path(gcs_emulator: str, emulator_bucket: str) -> None:
     with pytest.raises(berth.TokenMismatch):
         backend.delete("i/gone", token)
     assert list(backend.scan("i/")) == ["i/k"]
+
+
+class _Response:
+    def __init__(self, status_code: int):
+        self.status_code = status_code
+
+
+@pytest.mark.parametrize(
+    ("exc", "retried"),
+    [
+        (gexc.ServiceUnavailable("down"), True),
+        (gexc.TooManyRequests("slow down"), True),
+        (gexc.GatewayTimeout("late"), True),
+        (gexc.from_http_status(408, "late"), True),
+        (ConnectionResetError("reset"), True),
+        (requests.exceptions.ConnectionError("refused"), True),
+        (TransportError(ConnectionError("x")), True),
+        (gexc.NotFound("gone"), False),
+        (gexc.PreconditionFailed("lost"), False),
+        (gexc.Forbidden("no"), False),
+        (ValueError("bad"), False),
+    ],
+)
+def test_idempotent_calls_retry_transient_errors_only(exc: Exception, retried: bool) -> None:
+    # issue 33: the predicate is berth's own, from public names, no longer google-cloud-storage's
+    # private DEFAULT_RETRY._predicate; these are the decisions that one made (3.17)
+    assert _transient(exc) is retried
+
+
+def test_an_invalid_response_is_retried_by_its_status() -> None:
+    from google.cloud.storage.exceptions import InvalidResponse
+
+    assert _transient(InvalidResponse(_Response(503), "busy")) is True
+    assert _transient(InvalidResponse(_Response(412), "lost")) is False

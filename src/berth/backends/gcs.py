@@ -22,18 +22,20 @@ otherwise application default credentials.
 
 from __future__ import annotations
 
+import http.client
 import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import requests.exceptions
+import urllib3.exceptions
 from google.api_core import exceptions as gexc
 from google.api_core import retry as gretry
 from google.auth.credentials import AnonymousCredentials
-from google.auth.exceptions import GoogleAuthError
+from google.auth.exceptions import GoogleAuthError, TransportError
 from google.cloud import storage  # type: ignore[attr-defined,import-untyped,unused-ignore]
 from google.cloud.storage.exceptions import DataCorruption, InvalidResponse  # type: ignore[import-untyped]
-from google.cloud.storage.retry import DEFAULT_RETRY  # type: ignore[import-untyped]
 from requests import RequestException
 
 from berth._errors import BackendError, BerthError, TokenMismatch
@@ -90,6 +92,44 @@ def _is_lost(exc: BaseException) -> bool:
         or _http_code(exc) == 412
         or _grpc_code(exc) in _LOST_GRPC
     )
+
+
+# What an idempotent call retries, built from public names (google-cloud-storage's default predicate
+# is reachable only as a private attribute of its DEFAULT_RETRY): the status codes and exception
+# types its retry module lists as transient (google-cloud-storage 3.17), HTTP semantics that do not
+# change with a release. tests/backends/test_gcs.py pins each decision.
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_TRANSIENT_TYPES: tuple[type[BaseException], ...] = (
+    gexc.TooManyRequests,
+    gexc.InternalServerError,
+    gexc.BadGateway,
+    gexc.ServiceUnavailable,
+    gexc.GatewayTimeout,
+    ConnectionError,
+    requests.exceptions.ConnectionError,
+    requests.exceptions.ChunkedEncodingError,
+    requests.exceptions.Timeout,
+    http.client.BadStatusLine,
+    http.client.IncompleteRead,
+    http.client.ResponseNotReady,
+    urllib3.exceptions.PoolError,
+    urllib3.exceptions.ProtocolError,
+    urllib3.exceptions.SSLError,
+    urllib3.exceptions.TimeoutError,
+)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a failed idempotent call may be retried: a transient error type or status code."""
+    if isinstance(exc, _TRANSIENT_TYPES):
+        return True
+    if isinstance(exc, gexc.GoogleAPICallError):
+        return exc.code in _TRANSIENT_STATUS
+    if isinstance(exc, InvalidResponse):
+        return getattr(getattr(exc, "response", None), "status_code", None) in _TRANSIENT_STATUS
+    if isinstance(exc, TransportError) and exc.args and isinstance(exc.args[0], BaseException):
+        return _transient(exc.args[0])
+    return False
 
 
 def _throttled(exc: BaseException) -> bool:
@@ -221,7 +261,7 @@ class GcsBackend(Backend):
                 attempts(exc)
 
         return gretry.Retry(
-            predicate=predicate or DEFAULT_RETRY._predicate,
+            predicate=predicate or _transient,
             initial=0.1,
             maximum=5.0,
             multiplier=2.0,
