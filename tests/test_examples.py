@@ -88,3 +88,12 @@ def test_a2a_approval_parks_the_task_and_a_new_server_completes_it_once() -> Non
     assert re.search(r"^server B: task \S+ is TASK_STATE_COMPLETED: deleted acme/old \(alice approved\)$", out, re.M)
     assert "server C: refused: " in out
     assert "summary: task TASK_STATE_COMPLETED once; the tool ran 1 time(s)" in out
+
+
+def test_mcp_approval_parks_the_task_and_a_restarted_server_completes_it_once() -> None:
+    out = run_example("mcp_approval.py")
+    assert re.search(r"^server A: task \S+ is working: waiting for maintainers to answer$", out, re.M)
+    assert "server A: process exited" in out and "as alice (approve)" in out
+    assert re.search(r"^server B: task \S+ is completed: deleted acme/old \(alice approved\)$", out, re.M)
+    assert re.search(r"^server C: task \S+ is completed: deleted acme/old \(alice approved\)$", out, re.M)
+    assert "summary: task completed once; the tool ran 1 time(s)" in out
