@@ -18,6 +18,7 @@ The package, from the bottom up:
     _key_cmds       keys generate | rotate | show
     _demo_cmd       demo (the narration is _demo)
     _serve_cmd      serve (the inbox app is berth._serve)
+    _mcp_cmd        mcp (the server it runs is _mcp_server)
 
 A command group is one module that registers its commands on `_app.cli` when
 imported; adding one is that module and a line per command in `_app.COMMANDS`,
