@@ -23,6 +23,7 @@ from mcp_types import (  # noqa: E402
     ElicitRequestFormParams,
     ElicitResult,
     InputRequiredResult,
+    InputResponse,
     TextContent,
 )
 
@@ -51,7 +52,7 @@ def test_the_sdks_request_state_lives_ten_minutes_by_default() -> None:
 def test_the_sdk_alone_runs_a_duplicated_retry_twice_and_forgets_a_round_across_a_restart() -> None:
     async def main() -> None:
         ran: Counter[str] = Counter()
-        yes = {"ok": ElicitResult(action="accept", content={})}
+        yes: dict[str, InputResponse] = {"ok": ElicitResult(action="accept", content={})}
         async with Client(_sdk_server(ran)) as client, Client(_sdk_server(ran)) as restarted:
             first = await client.session.call_tool("deploy", {"env": "prod"}, allow_input_required=True)
             assert isinstance(first, InputRequiredResult) and first.request_state
