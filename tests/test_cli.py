@@ -48,6 +48,7 @@ COMMANDS = [
     "keys",
     "demo",
     "serve",
+    "mcp",
 ]
 
 

@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "claim": ("_store_cmds", "Take the envelope under KEY: exactly one claimer gets it."),
     "demo": ("_demo_cmd", "The whole job in seconds: park, answer, race, tamper, expire."),
     "keys": ("_key_cmds", "Create, rotate and inspect keyring files (AES-256-GCM keys)."),
-    "mcp": ("_mcp_cmd", "Serve the questions to approvers' own MCP clients (stdio, or streamable HTTP)."),
+    "mcp": ("_mcp_cmd", "Serve the questions to approvers' own MCP clients."),
     "ls": ("_store_cmds", "List what is parked, from frame headers (needs no key)."),
     "park": ("_store_cmds", "Seal and park a run's state under KEY (replacing what was there)."),
     "questions": ("_question_cmds", "List the questions parked runs wait on, with deadlines."),

@@ -42,7 +42,7 @@ __all__ = ["mcp_cmd"]
 def mcp_cmd(
     settings: Settings, http: str | None, by: str | None, trusted_header: str | None, forwarded_allow_ips: str | None
 ) -> None:
-    """Serve the questions to approvers' own MCP clients (stdio, or streamable HTTP).
+    """Serve the questions to approvers' own MCP clients.
 
     Two tools: list_questions (what parked runs wait on, with each tool call's name and
     arguments) and answer_question (bound to the question_id shown, as the inbox's answers are).
