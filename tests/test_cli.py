@@ -30,6 +30,7 @@ import berth
 from berth._cli import _app, cli
 from berth._cli._store_cmds import parse_deadline
 from berth._format import span
+from berth.backends.sqlite import SqliteBackend
 
 IDENTITY = "pr-bot"
 BERTH = Path(sys.executable).parent / "berth"
@@ -49,6 +50,7 @@ COMMANDS = [
     "demo",
     "serve",
     "mcp",
+    "setup",
 ]
 
 
@@ -67,6 +69,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("BERTH_IDENTITY", IDENTITY)
     monkeypatch.setenv("BERTH_KEYRING", str(keyring))
     monkeypatch.setenv("COLUMNS", "120")
+    SqliteBackend(tmp_path / "berth.db").close()  # the store exists: commands other than park create none
     return tmp_path
 
 
@@ -267,6 +270,7 @@ def test_default_store_is_an_sqlite_file_in_the_user_data_directory(
 def test_flags_override_the_environment_before_or_after_the_command(home: Path, store: berth.Store) -> None:
     park(store, "mine")
     other = f"sqlite:///{home}/other.db"
+    ok("setup", "--url", other)
     assert json.loads(ok("ls", "--json").stdout)[0]["key"] == "mine"
     assert json.loads(ok("--url", other, "ls", "--json").stdout) == []
     assert json.loads(ok("ls", "--url", other, "--json").stdout) == []

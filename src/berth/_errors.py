@@ -37,6 +37,7 @@ __all__ = [
     "IntegrityError",
     "InvalidEnvelope",
     "InvalidKey",
+    "StoreMissing",
     "TokenMismatch",
     "caller_level",
     "restated",
@@ -122,6 +123,13 @@ class EnvelopeTooLarge(BerthError):
 
 class BackendError(BerthError):
     """The backend failed; a write that raised this may or may not have happened."""
+
+
+class StoreMissing(BackendError):
+    """Nothing is at the URL of a store opened with `create=False`: no directory, database file or table.
+
+    A `BackendError` (what a host catches); the command line tells it apart as "not found".
+    """
 
 
 publish(globals())  # its public names read as berth.X

@@ -12,6 +12,7 @@ import click
 
 import berth
 from berth._cli._failures import (
+    NOT_FOUND,
     OK,
     PIPE_CLOSED,
     REFUSED,
@@ -43,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reseal": ("_store_cmds", "Re-seal every envelope not sealed by the current key."),
     "rm": ("_store_cmds", "Claim the envelope under KEY and discard it."),
     "serve": ("_serve_cmd", "Serve the inbox: a web page and JSON API where people answer parked runs."),
+    "setup": ("_store_cmds", "Create the store at --url: its directory, database file or tables."),
     "show": ("_store_cmds", "Open one parked envelope and print it (expired ones too)."),
     "sweep": ("_store_cmds", "Remove every envelope past its deadline (needs no key)."),
     "verify": ("_store_cmds", "Open every frame; count ok, expired, tampered, unknown key."),
@@ -273,7 +275,7 @@ def _run(settings: Settings, fn: Callable[[], Any]) -> int:
     return rv if isinstance(rv, int) else OK
 
 
-_OUTCOMES = {REFUSED: "refused", USAGE: "usage", UNAVAILABLE: "unavailable", 130: "aborted"}
+_OUTCOMES = {REFUSED: "refused", USAGE: "usage", NOT_FOUND: "not_found", UNAVAILABLE: "unavailable", 130: "aborted"}
 
 
 def _json_failure(settings: Settings, message: str, code: int) -> None:

@@ -16,6 +16,7 @@ __all__ = [
     "REFUSED",
     "USAGE",
     "Failure",
+    "NOT_FOUND",
     "UNAVAILABLE",
     "PipeClosed",
     "bad_usage",
@@ -32,6 +33,9 @@ __all__ = [
 OK, REFUSED, USAGE = 0, 1, 2
 PIPE_CLOSED = 128 + 13
 """A closed pipe ends a command as SIGPIPE (13) ends one: the shell's 141, not 1 (`refused`)."""
+NOT_FOUND = 66
+"""No store at the URL (no directory, database file or table) for a command that creates nothing:
+sysexits' EX_NOINPUT. `berth setup` (or `berth park`) creates one."""
 UNAVAILABLE = 69
 """The backend could not be reached (a server down, a refused connection, a timeout): sysexits'
 EX_UNAVAILABLE, so a script can retry it and never mistake it for a refusal such as a lost claim."""

@@ -83,6 +83,7 @@ def mcp_cmd(
             _serve.check_port(host, port)
     except (_serve.AuthError, _serve.ServeError) as exc:
         bad_usage(str(exc))
+    settings.create = True  # a server may be the first to use a store, as `berth serve` may
     source = _serve.Source(settings.who, settings.open(keys=False), settings.questions())
     inbox = _serve.Inbox([source], max_age=0)
     local = auth.local_person

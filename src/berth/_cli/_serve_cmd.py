@@ -156,6 +156,7 @@ def serve_cmd(
             )
         except berth.BerthError as exc:
             bad_usage(f"--notify-url: {exc}")
+    settings.create = True  # the inbox may be the first to use a store, as a host's first park is
     names = list(dict.fromkeys(identities)) or [settings.who]
     sources = []
     for name in names:

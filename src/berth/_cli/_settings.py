@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 import berth
-from berth._cli._failures import bad_usage, warn
-from berth._errors import where
+from berth._cli._failures import NOT_FOUND, Failure, bad_usage, warn
+from berth._errors import StoreMissing, where
 
 # The library's modules (berth._store, _config, _redact, _atomic...) are imported where a command
 # first needs them, never here: `berth --help` loads click and the command line only.
@@ -28,8 +28,8 @@ __all__ = [
 DEFAULT_IDENTITY = "default"
 
 
-def default_url() -> str:
-    """`sqlite:////…` (an absolute path) in the user's data directory, created 0700 (the file is created 0600)."""
+def default_url(*, create: bool = True) -> str:
+    """`sqlite:////…` (an absolute path) in the user's data directory, created 0700 unless `create=False`."""
     from urllib.parse import quote
 
     import platformdirs
@@ -37,7 +37,8 @@ def default_url() -> str:
     from berth._atomic import make_dirs
 
     directory = platformdirs.user_data_path("berth", appauthor=False)
-    make_dirs(directory)  # with its parents (~/.local/share), 0700 whatever the umask
+    if create:
+        make_dirs(directory)  # with its parents (~/.local/share), 0700 whatever the umask
     return "sqlite:///" + quote(str(directory / "berth.db"))
 
 
@@ -51,6 +52,8 @@ class Settings:
     witness: str | None = None
     command: str = "berth"
     key: str | None = None
+    create: bool = False
+    """The command may create the store (`park`, `setup`, `serve`); every other opens only what exists."""
     json_out: bool = False
     """The command was asked for `--json` or `--jsonl`: a failure is a JSON object on stdout too."""
     _stores: list[Any] = field(default_factory=list)
@@ -69,12 +72,13 @@ class Settings:
             keyring=self.keyring,
             witness=self.witness,
             command=self.command,
+            create=self.create,
             _stores=self._stores,
         )
 
     def store_url(self) -> str:
         """The configured store URL, or the default SQLite file."""
-        return self.url or default_url()
+        return self.url or default_url(create=self.create)
 
     def sealer(self) -> berth.Sealer | None:
         """The configured sealer, or None when nothing is configured (plaintext).
@@ -104,10 +108,19 @@ class Settings:
         sealer = self._resolved_sealer() if keys or self.witness else berth.PlaintextSealer()
         try:
             store = berth.open_store(
-                url, identity=self.who, sealer=sealer, accept_plaintext=accept_plaintext, witness=self.witness
+                url,
+                identity=self.who,
+                sealer=sealer,
+                accept_plaintext=accept_plaintext,
+                witness=self.witness,
+                create=self.create,
             )
         except berth.InvalidKey as exc:
             bad_usage(str(exc))
+        except StoreMissing as exc:
+            raise Failure(
+                f"{where(self.who)}: no store at {redact_url(url)}: {redact_text(str(exc), url)}", NOT_FOUND
+            ) from None
         except berth.BerthError as exc:
             why = redact_text(str(exc), url)
             if self.witness:
@@ -126,9 +139,13 @@ class Settings:
         url = self.store_url()
         sealer = self._resolved_sealer() if keys else berth.PlaintextSealer()
         try:
-            qs = berth.open_questions(url, identity=self.who, sealer=sealer, notify=notify)
+            qs = berth.open_questions(url, identity=self.who, sealer=sealer, notify=notify, create=self.create)
         except berth.InvalidKey as exc:
             bad_usage(str(exc))
+        except StoreMissing as exc:
+            raise Failure(
+                f"{where(self.who)}: no store at {redact_url(url)}: {redact_text(str(exc), url)}", NOT_FOUND
+            ) from None
         except berth.BerthError as exc:
             bad_usage(f"{where(self.who)}: cannot open questions at {redact_url(url)}: {redact_text(str(exc), url)}")
         self._stores.append(qs)

@@ -258,6 +258,7 @@ def park_cmd(
         deadline=deadline,
         labels=labels,
     )
+    settings.create = True  # parking is how most stores begin
     store = settings.open(keys=True)
     if question is not None:
         berth.Coordinator(store, settings.questions()).suspend(key, env, question=question)
@@ -274,6 +275,32 @@ def park_cmd(
         f"parked {key!r} for {where(store.identity)}: run {terminal_safe(item.run_id)}, "
         f"deadline {deadline_text(item.deadline, at)}, sealed by {terminal_safe(item.sealed_by)}"
     )
+
+
+@cli.command("setup", context_settings=CONTEXT)
+@output_options()
+@store_options(env=False)
+@click.pass_obj
+def setup_cmd(settings: Settings, out: str | None) -> None:
+    """Create the store at --url: its directory, database file or tables.
+
+    Idempotent. Every other command but `park` and `serve` opens only a store that
+    exists, and exits 66 naming what is missing.
+
+    \b
+    Example:
+      berth setup --url postgresql://app@db/app
+    """
+    from berth._redact import redact_url
+
+    settings.create = True
+    store = settings.open(keys=False)
+    version = store.backend.setup()
+    url = redact_url(settings.store_url())
+    if out:
+        emit_json({"url": url, "identity": store.identity, "schema_version": version})
+    else:
+        click.echo(f"store ready at {url}" + ("" if version is None else f" (schema version {version})"))
 
 
 @cli.command("claim", context_settings=CONTEXT)

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
-from typing import Any, NamedTuple, Self
+from typing import Any, ClassVar, NamedTuple, Self
 
 from berth._errors import BerthError, FormatError, IntegrityError, TokenMismatch, restated
 from berth._redact import redact_text, redact_url
@@ -150,6 +150,10 @@ class Backend(ABC):
             else:
                 out.append(True)
         return out
+
+    creates: ClassVar[bool] = False
+    """Whether opening creates the storage (a directory, a database file, a table): such a backend
+    takes `create=False`, and then raises `StoreMissing` where nothing is, creating nothing."""
 
     def setup(self) -> int | None:
         """Create or migrate a schema (idempotent); its version, or None: nothing to set up by default."""
@@ -341,6 +345,14 @@ def credentials_hidden(url: str) -> Iterator[None]:
 
 
 def open_backend(url: str, **options: Any) -> Backend:
-    """Open the backend for `url`, importing its module (and client library) only now."""
+    """Open the backend for `url`, importing its module (and client library) only now.
+
+    `create=False` (any scheme) opens only what exists: a backend that would create its
+    storage (`Backend.creates`) raises `StoreMissing` instead, having created nothing.
+    """
+    create = options.pop("create", True)
+    cls = backend_class(url)
+    if cls.creates and not create:
+        options["create"] = False
     with credentials_hidden(url):
-        return backend_class(url).from_url(url, **options)
+        return cls.from_url(url, **options)

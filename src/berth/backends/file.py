@@ -48,7 +48,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from berth._atomic import make_dirs, remove_stale_temps, sync_dir, write_atomic
-from berth._errors import BackendError, BerthError, FormatError, IntegrityError, TokenMismatch
+from berth._errors import BackendError, BerthError, FormatError, IntegrityError, StoreMissing, TokenMismatch
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
@@ -97,7 +97,9 @@ def _errno(exc: BaseException) -> int | None:
 class FileBackend(Backend):
     """Frames as files under `root`: 0600 files, 0700 directories, whatever the umask."""
 
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True):
+    creates = True
+
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True, create: bool = True):
         self.root = Path(root)
         if not self.root.is_absolute():
             raise BerthError(f"file:// needs an absolute directory, got {str(root)!r}")
@@ -107,6 +109,10 @@ class FileBackend(Backend):
         self._cleaned: set[str] = set()
         self._legacy: dict[str, bool] = {}  # legacy directory -> whether it is in use (False: the ordered one is)
         self._lock = threading.Lock()
+        if not create:  # open what exists; create nothing
+            if not os.path.isdir(self._locks):
+                raise StoreMissing(f"file store {self._root!r} does not exist (`berth setup` creates it)")
+            return
         try:
             make_dirs(self.root)  # with its missing parents, 0700 whatever the umask
         except OSError as exc:

@@ -23,12 +23,13 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from berth._atomic import make_dirs
-from berth._errors import BerthError, FormatError, TokenMismatch, caller_level
+from berth._errors import BerthError, FormatError, StoreMissing, TokenMismatch, caller_level
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends import Backend
@@ -253,7 +254,16 @@ def url_path(url: str) -> Path:
 class SqliteBackend(Backend):
     """Frames as rows of one SQLite table, safe across threads and processes."""
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0, synchronous: str = "FULL"):
+    creates = True
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 30.0,
+        synchronous: str = "FULL",
+        create: bool = True,
+    ):
         self.path = Path(path)
         if not self.path.is_absolute():
             raise BerthError(f"sqlite:// needs an absolute path, got {str(path)!r}")
@@ -265,6 +275,17 @@ class SqliteBackend(Backend):
         self._all: list[sqlite3.Connection] = []
         self._turns: list[_Turn] = []
         self._lock = threading.Lock()
+        if not create:  # open what exists; create nothing (no directory, file or table)
+            if not self.path.is_file():
+                raise StoreMissing(f"sqlite database {str(self.path)!r} does not exist (`berth setup` creates it)")
+            with (
+                _ERRORS.mapped("open", str(self.path)),
+                closing(sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, timeout=busy_timeout)) as peek,
+            ):  # read-only: a file that is not a store is left exactly as it was
+                found = peek.execute("SELECT 1 FROM sqlite_master WHERE name = 'berth_frames'").fetchone()
+            if found is None:
+                raise StoreMissing(f"sqlite database {str(self.path)!r} holds no berth store (`berth setup` makes one)")
+            return
         self._create_file()
         with _ERRORS.mapped("set up", str(self.path)):
             self._until_not_busy(self._conn(), _SCHEMA)
