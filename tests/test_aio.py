@@ -599,3 +599,27 @@ def test_async_delete_prefix_is_the_sync_one_and_never_sends_the_zero_token() ->
     assert all(not token.is_zero for _, token in sync_backend.sent)
     assert all(not token.is_zero for _, token in async_backend.sent), async_backend.sent
     assert [name for name, _ in async_backend.sent] == [name for name, _ in sync_backend.sent]
+
+
+def test_the_store_shells_are_twins_in_names_parameters_and_defaults() -> None:
+    """`Store` and `berth.aio.AsyncStore` are two thin drivers over one core and one set of plans: the same
+    public methods with the same parameters, kinds and defaults, so drift (as `delete_prefix`'s was) fails here."""
+    import inspect
+
+    def face(cls: type) -> set[str]:
+        return {name for name in dir(cls) if not name.startswith("_")}
+
+    only_sync, only_async = (
+        face(berth.Store) - face(berth.aio.AsyncStore),
+        face(berth.aio.AsyncStore) - face(berth.Store),
+    )
+    assert only_sync == {"close"} and only_async == {"aclose", "core", "sync"}, (only_sync, only_async)
+    for name in sorted(face(berth.Store) & face(berth.aio.AsyncStore)) + ["__init__"]:
+        sync, aio = getattr(berth.Store, name), getattr(berth.aio.AsyncStore, name)
+        assert callable(sync) == callable(aio), name
+        if callable(sync):
+            shape = [(p.name, p.kind, p.default) for p in inspect.signature(sync).parameters.values()]
+            assert shape == [(p.name, p.kind, p.default) for p in inspect.signature(aio).parameters.values()], name
+    for store in (berth.Store(MemoryBackend(), identity="t", sealer=_sealer()),
+                  berth.aio.AsyncStore(ThreadedBackend(MemoryBackend()), identity="t", sealer=_sealer())):  # fmt: skip
+        assert {"backend", "core", "frames", "steps"} <= set(vars(store)) | set(dir(store))

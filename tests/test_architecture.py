@@ -44,18 +44,11 @@ def test_the_map_names_no_module_that_does_not_exist() -> None:
 
 # Upward imports still being taken apart, each (importer, imported) with who removes it and why it
 # is there. This list may only shrink: the test also fails when an entry no longer happens.
-UPWARD_ALLOWED: dict[tuple[str, str], str] = {
-    # The witness calls back into the store it records for (issue 33, owned by `core`: the witness
-    # becomes a strategy chosen at open that takes a core, never a Store).
-    ("berth._witness", "berth._store"): "the witness names Store and StoreCore (TYPE_CHECKING)",
-}
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
 
 # Import cycles still being taken apart, each as the set of modules that import each other, with why.
 # This list may only shrink: the test also fails when an entry is no longer a cycle.
-CYCLES_ALLOWED: dict[frozenset[str], str] = {
-    # Issue 33, owned by `core` (the same circle as the upward import above).
-    frozenset({"berth._store", "berth._witness"}): "the store runs the witness; the witness names the store",
-}
+CYCLES_ALLOWED: dict[frozenset[str], str] = {}
 
 
 def _type_checking_nodes(tree: ast.Module) -> set[int]:

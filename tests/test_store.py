@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import berth
-import berth._store as store_module
+import berth._core as store_module
 import berth.aio
 import berth.backends.memory
 from berth.backends import register

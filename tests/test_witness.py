@@ -21,7 +21,8 @@ import pytest
 
 import berth
 import berth.aio
-from berth._plan import INLINE, Call, run
+from berth._frames import FrameIO, SyncIO
+from berth._plan import INLINE, Call, Cpu, run
 from berth.backends import open_backend
 from berth.backends.memory import MemoryBackend
 from berth.testing import AsyncStoreContract, RecordingBackend, StoreContract, make_envelope
@@ -446,24 +447,24 @@ def _killed_after(store: berth.Store, plan: Any, steps: int) -> None:
 def test_the_plans_have_the_steps_the_crash_tests_cut(store: berth.Store) -> None:
     import functools
 
-    assert store.core.witness is not None
+    assert _w(store) is not None
     env = make_envelope("r1")
     build = functools.partial(store.core.seal, "a", env, store.now())
     # save: read frame, read record, record the candidate, write the frame, record it landed
-    assert _steps(store, store.core.witness.save(store.core, "a", build, False, None)) == 5
+    assert _steps(store, _w(store).save(store.core, "a", build, False, None)) == 5
     parked = store.load("a")
     assert parked is not None
     # leave: read frame, read record, record the intent, delete, record how it left
-    assert _steps(store, store.core.witness.leave(store.core, "a", parked.token, "claimed")) == 5
+    assert _steps(store, _w(store).leave(store.core, "a", parked.token, "claimed")) == 5
     store.save("a", env)
     parked = store.load("a")
     assert parked is not None
     # a delete by token: the same five, the frame read by its head
-    assert _steps(store, store.core.witness.leave(store.core, "a", parked.token, "deleted", whole=False)) == 5
+    assert _steps(store, _w(store).leave(store.core, "a", parked.token, "deleted", whole=False)) == 5
     store.save("a", env)
     # a claim's leave reuses its load's snapshot: intent, delete, record how it left
-    seen = run(store.core.witness.load_seen(store.core, "a", False), _targets(store))[1]
-    assert _steps(store, store.core.witness.leave(store.core, "a", seen.found[1], "claimed", seen)) == 3
+    seen = run(_w(store).load_seen(store.core, "a", False), _targets(store))[1]
+    assert _steps(store, _w(store).leave(store.core, "a", seen.found[1], "claimed", seen)) == 3
 
 
 class _Reads:
@@ -480,25 +481,30 @@ class _Reads:
         return counted
 
 
+def _w(store: berth.Store) -> Any:
+    """The store's witness (its frames strategy's)."""
+    return getattr(store.frames, "witness", None)
+
+
 def _targets(store: berth.Store) -> dict[Any, Any]:
-    return store.core.witness.targets(store.backend, INLINE)
+    return {FrameIO: SyncIO(store.backend, store.frames.records), Cpu: INLINE}
 
 
 def test_a_save_and_a_delete_read_only_heads_and_a_claim_reads_the_frame_once(store: berth.Store) -> None:
     import functools
 
-    assert store.core.witness is not None
+    assert _w(store) is not None
     env = make_envelope("r1", provider_state={"blob": "x" * 200_000})
     _park(store, "a", "r0")
     frames = _Reads(store.backend)
-    targets = store.core.witness.targets(frames, INLINE)
+    targets = {FrameIO: SyncIO(frames, store.frames.records), Cpu: INLINE}
     build = functools.partial(store.core.seal, "a", env, store.now())
-    run(store.core.witness.save(store.core, "a", build, False, None), targets)  # over a landed frame
+    run(_w(store).save(store.core, "a", build, False, None), targets)  # over a landed frame
     assert frames.calls["get"] == 0 and frames.calls["head"] == 1, frames.calls
     parked = store.load("a")
     assert parked is not None and parked.envelope.run_id == "r1"
     frames.calls.clear()
-    run(store.core.witness.leave(store.core, "a", parked.token, "deleted", whole=False), targets)
+    run(_w(store).leave(store.core, "a", parked.token, "deleted", whole=False), targets)
     assert frames.calls["get"] == 0 and frames.calls["head"] == 1, frames.calls
     assert store.load("a") is None and store.audit().ok
     _park(store, "b", "r2")
@@ -515,7 +521,7 @@ def test_a_save_and_a_delete_read_only_heads_and_a_claim_reads_the_frame_once(st
 
 def test_a_head_read_never_stands_for_a_frame_the_witness_did_not_see_land(store: berth.Store, setup: Setup) -> None:
     """A frame put back (another generation) is judged whole: a delete of it leaves the key reported."""
-    setup.frames, setup.witness = store.backend, store.core.witness.backend
+    setup.frames, setup.witness = store.backend, store.frames.records
     _park(store, "a", "r1")
     older = setup.frame("a")
     _park(store, "a", "r2")
@@ -540,15 +546,15 @@ def test_a_save_killed_at_any_step_leaves_a_readable_run_and_no_replay(kind: str
     for cut in range(6):
         setup = _local_setup(kind, tmp_path, cut)
         with setup.store() as store:
-            setup.frames, setup.witness = store.backend, store.core.witness.backend
+            setup.frames, setup.witness = store.backend, store.frames.records
             _park(store, "a", "r1")
             _park(store, "a", "r2")
             older = setup.frame("a")
-            assert store.core.witness is not None
+            assert _w(store) is not None
             env = make_envelope("r3")
             assert env.created_at is None
             build = functools.partial(store.core.seal, "a", env, store.now())
-            _killed_after(store, store.core.witness.save(store.core, "a", build, False, None), cut)
+            _killed_after(store, _w(store).save(store.core, "a", build, False, None), cut)
             with setup.store() as fresh:  # the next host
                 parked = fresh.load("a")
                 assert parked is not None and parked.envelope.run_id in ("r2", "r3"), cut
@@ -565,13 +571,13 @@ def test_a_claim_killed_at_any_step_never_resumes_twice(kind: str, mode: str, tm
     for cut in range(6):
         setup = _local_setup(kind, tmp_path, cut)
         with setup.store() as store:
-            setup.frames, setup.witness = store.backend, store.core.witness.backend
+            setup.frames, setup.witness = store.backend, store.frames.records
             _park(store, "a", "r1")
             latest = setup.frame("a")
-            assert store.core.witness is not None
-            parked, seen = run(store.core.witness.load_seen(store.core, "a", False), _targets(store))
+            assert _w(store) is not None
+            parked, seen = run(_w(store).load_seen(store.core, "a", False), _targets(store))
             assert parked is not None
-            plan = store.core.witness.leave(
+            plan = _w(store).leave(
                 store.core, "a", parked.token, "claimed", seen if mode == "seen" else None, whole=mode == "whole"
             )
             _killed_after(store, plan, cut)

@@ -22,10 +22,12 @@ if TYPE_CHECKING:
     from berth import aio, kms
     from berth._aesgcm import AesGcmSealer, Keyring
     from berth._answers import frame_answer
+    from berth._checkpoint import load_checkpoint, save_checkpoint
     from berth._checkpoint_store import checkpoint_store
     from berth._config import sealer_from_env
     from berth._coordinator import Coordinator
     from berth._coordinator_core import Wake, WakeDecision
+    from berth._core import Listing, Parked, PlaintextWarning, ResealReport
     from berth._envelope import (
         ENVELOPE_VERSION,
         Envelope,
@@ -53,16 +55,7 @@ if TYPE_CHECKING:
     from berth._question_types import Answer, AnswerRefused, Decision, InvalidAnswer, Question, ToolRequest
     from berth._questions import QuestionStore, open_questions
     from berth._sealer import Sealer
-    from berth._store import (
-        Listing,
-        Parked,
-        PlaintextWarning,
-        ResealReport,
-        Store,
-        load_checkpoint,
-        open_store,
-        save_checkpoint,
-    )
+    from berth._store import Store, open_store
     from berth._token import Token
     from berth._witness import AuditReport
     from berth.backends import Backend

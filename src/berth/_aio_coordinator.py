@@ -51,7 +51,7 @@ class AsyncCoordinator:
                 `lambda env: berth.check_resumable(env, provider=..., model=..., config_digest=...)`.
             clock: returns "now" as an aware datetime; the store's clock when None.
         """
-        store_core = store.sync.core  # twin: sync store_core = store.core
+        store_core = store.core
         self.core = CoordinatorCore(
             store_core, default_deadline=default_deadline, validate=validate, clock=clock or store.now
         )

@@ -1,31 +1,42 @@
-"""`AsyncStore`: the store contract awaited, over the same core as `Store`.
+"""`AsyncStore`: the store contract awaited, the same shell as `Store` over the same core and plans.
 
-An `AsyncStore` holds a `Store` for everything that is not I/O -- key and
-identity rules, save conditions, the codec, sealing and opening, expiry, the
-messages of every error -- and an `AsyncBackend` for the I/O. Each method is
-the sync method's shell with the backend call awaited; the multi-step
-protocol (claim) is one plan (`berth._plan`) that both drive. Sealing or opening
-a frame of `OFF_LOOP_BYTES` or more runs in a worker thread, so a 64 MiB state
-never holds the event loop for the tens of milliseconds AES-GCM and the JSON
-codec take over it. An enumeration (list, sweep, reseal, delete_prefix) lets the
-loop run other tasks every 64 rows, however large the backend's pages.
+An `AsyncStore` holds its own `StoreCore` (key and identity rules, save conditions, the codec,
+sealing and opening, expiry, the messages of every error), the frames strategy chosen at open
+(`berth._witnessed.frames_for`: plain or witnessed) and an `AsyncBackend`. Each method checks
+its arguments as `Store`'s does and awaits the same plan (`berth._plan.arun`). Sealing or
+opening a frame of `OFF_LOOP_BYTES` or more runs in a worker thread, so a 64 MiB state never
+holds the event loop for the tens of milliseconds AES-GCM and the JSON codec take over it. An
+enumeration (list, sweep, reseal, delete_prefix, adopt) lets the loop run other tasks every 64
+rows, however large the backend's pages.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from berth._core import (
+    DEFAULT_MAX_ENVELOPE_BYTES,
+    Listing,
+    Parked,
+    ResealReport,
+    StoreCore,
+    StoreSteps,
+    Unreadable,
+    warn_plaintext,
+)
 from berth._envelope import Envelope
-from berth._errors import TokenMismatch
-from berth._plan import OFF_LOOP_BYTES, Plan, arun
+from berth._frames import AsyncIO, FrameIO
+from berth._keys import validate_key
+from berth._plaintext import PlaintextSealer
+from berth._plan import OFF_LOOP_BYTES, Cpu, arun
 from berth._sealer import Sealer
-from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, Listing, Parked, ResealReport, Store, StoreSteps
+from berth._store import Store
 from berth._token import Token
-from berth._witness import AuditReport, Snapshot
+from berth._witness import AuditReport
+from berth._witnessed import Frames, frames_for
 from berth.backends._aio import AsyncBackend, sync_twin
 
 __all__ = ["OFF_LOOP_BYTES", "AsyncStore"]
@@ -71,19 +82,24 @@ class AsyncStore:
 
         The backend's sync twin (`backend.sync`, which every built-in one has) backs `.sync`.
         """
-        self._sync = Store(
-            sync_twin(backend),
+        if sealer is None:
+            warn_plaintext(f"for identity {identity!r}")
+            sealer = PlaintextSealer()
+        self._core = StoreCore(
             identity=identity,
             sealer=sealer,
             accept_plaintext=accept_plaintext,
             max_envelope_bytes=max_envelope_bytes,
             clock=clock,
-            witness=None if witness is None else sync_twin(witness),
             namespace=namespace,
         )
-        self._core = self._sync.core
+        self._opened: dict[str, Any] = {"identity": identity, "namespace": namespace, "clock": clock}
+        self._opened |= {"accept_plaintext": accept_plaintext, "max_envelope_bytes": max_envelope_bytes}
+        self._sync: Store | None = None
         self.backend = backend
-        self._witness_backend = witness
+        self.frames: Frames = frames_for(self._core, witness)
+        """How this store writes and reads frames, chosen here once: plainly, or through a witness."""
+        self._io = {FrameIO: AsyncIO(records=witness, owner=self), Cpu: _OFF_LOOP}
         self.steps = _Steps(self)
         """This store playing `StoreSteps` in plans, awaited (a claim's, a coordinator's, the question store's)."""
         self._targets = {StoreSteps: self.steps}
@@ -104,9 +120,31 @@ class AsyncStore:
         return self._core.accept_plaintext
 
     @property
+    def core(self) -> StoreCore:
+        """Every decision this store makes that is not I/O (as `Store.core`)."""
+        return self._core
+
+    @property
     def sync(self) -> Store:
-        """The sync `Store` over the same backend and sealer (for code that is not async)."""
+        """The sync `Store` over the same backends and sealer (for code that is not async), made on first use."""
+        if self._sync is None:
+            records = self.frames.records
+            self._sync = Store(
+                sync_twin(self.backend),
+                sealer=self._core.sealer,
+                witness=None if records is None else sync_twin(records),
+                **self._opened,
+            )
         return self._sync
+
+    @property
+    def max_envelope_bytes(self) -> int:
+        """Envelopes larger than this once encoded are refused (`EnvelopeTooLarge`), as `Store.max_envelope_bytes`."""
+        return self._core.max_envelope_bytes
+
+    def check_key(self, key: str) -> str:
+        """Return `key` if this store accepts it (the key rules); no I/O, as `Store.check_key`."""
+        return validate_key(key, self.identity)
 
     def now(self) -> datetime:
         """The store's clock."""
@@ -124,17 +162,8 @@ class AsyncStore:
     async def aclose(self) -> None:
         """Release the backend's connections and threads (and the witness's)."""
         await self.backend.aclose()
-        if self._witness_backend is not None:
-            await self._witness_backend.aclose()
-
-    async def _witnessed(self, key: str, what: str, plan: Plan[T]) -> T:
-        """Await a witness plan (berth._witness) over this store's backend and its witness's."""
-        try:
-            assert self._core.witness is not None
-            targets = self._core.witness.targets(self.backend, _OFF_LOOP, self._witness_backend)
-            return await arun(plan, targets)
-        except Exception as exc:
-            self._core.reraise(exc, key, what)
+        if self.frames.records is not None:
+            await self.frames.records.aclose()
 
     async def setup(self) -> None:
         """Create or migrate the backend's schema (idempotent), as `Store.setup`."""
@@ -143,57 +172,26 @@ class AsyncStore:
         except Exception as exc:
             self._core.reraise(exc, "*", "setup")
 
-    async def _cpu(self, size: int, fn: Callable[..., T], *args: Any) -> T:
-        if size < OFF_LOOP_BYTES:
-            return fn(*args)
-        return await _OFF_LOOP.run(fn, *args)
-
-    # --- the contract ------------------------------------------------------------------
-
     async def save(
         self, key: str, envelope: Envelope, *, if_absent: bool = False, if_match: Token | None = None
     ) -> Token:
         """Seal and park `envelope` under `key`, as `Store.save` (same conditions, errors, token)."""
         core = self._core
-        name = core.name(key)
+        core.name(key)
         core.check_condition(key, if_absent, if_match)
-        if core.witness is not None:
-            build = core.witness_build(key, envelope)
-            plan = core.witness.save(core, key, build, if_absent, if_match, size=core.state_size(envelope))
-            return await self._witnessed(key, "save", plan)
-        frame = await self._cpu(core.state_size(envelope), core.build, key, envelope)
-        try:
-            return await self.backend.put(name, frame, if_match=if_match, if_absent=if_absent)
-        except Exception as exc:
-            self._core.reraise(exc, key, "save")
+        return await arun(self.frames.save(key, envelope, if_absent, if_match), self._io)
 
     async def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
         """Open the envelope parked under `key`, as `Store.load`."""
-        core = self._core
-        if core.witness is not None:
-            return await self._witnessed(key, "load", core.witness.load(core, key, allow_expired))
-        name = core.name(key)
-        try:
-            found = await self.backend.get(name)
-        except Exception as exc:
-            self._core.reraise(exc, key, "load")
-        size = 0 if found is None else len(found[0])
-        return await self._cpu(size, core.opened, key, found, allow_expired)
+        self._core.name(key)
+        return await arun(self.frames.load(key, allow_expired), self._io)
 
     async def load_many(self, keys: Sequence[str], *, allow_expired: bool = False) -> list[Parked | None]:
         """`load` of several keys in one round trip where the backend can, as `Store.load_many`."""
-        core = self._core
-        keys, names = core.names(keys)
+        keys, names = self._core.names(keys)
         if not names:
             return []
-        if core.witness is not None:
-            return [await self.load(key, allow_expired=allow_expired) for key in keys]
-        try:
-            found = await self.backend.get_many(names)
-        except Exception as exc:
-            self._core.reraise(exc, core.many(keys), "load")
-        size = sum(len(f[0]) for f in found if f is not None)
-        return await self._cpu(size, core.opened_many, keys, found, allow_expired)
+        return await arun(self.frames.load_many(keys, names, allow_expired), self._io)
 
     async def delete(self, key: str, token: Token) -> None:
         """Remove the envelope under `key` only if `token` is current, as `Store.delete`."""
@@ -201,23 +199,11 @@ class AsyncStore:
 
     async def _remove(self, key: str, token: Token, how: str, seen: object = None, *, whole: bool = False) -> None:
         """`delete`, saying how the frame left (`StoreSteps.remove`), as `Store._remove`."""
-        core = self._core
-        if core.witness is not None:
-            seen = seen if isinstance(seen, Snapshot) else None
-            await self._witnessed(key, how, core.witness.leave(core, key, token, how, seen, whole=whole))
-            return
-        name = core.delete_name(key, token)
-        try:
-            await self.backend.delete(name, token)
-        except Exception as exc:
-            self._core.reraise(exc, key, "delete")
+        await arun(self.frames.remove(key, token, how, seen, whole), self._io)
 
     async def _claim_load(self, key: str) -> tuple[Parked | None, object]:
         """A claim's load and the snapshot it judged, as `Store._claim_load`."""
-        core = self._core
-        if core.witness is not None:
-            return await self._witnessed(key, "load", core.witness.load_seen(core, key, False))
-        return await self.load(key), None
+        return await arun(self.frames.claim_load(key), self._io)
 
     async def claim(self, key: str) -> Envelope | None:
         """Load and delete for exactly one caller, as `Store.claim`."""
@@ -259,27 +245,14 @@ class AsyncStore:
         self, prefix: str, limit: int | None, reverse: bool, allow_expired: bool, before: str | None
     ) -> AsyncIterator[tuple[str, Parked]]:
         core = self._core
-        if core.witness is not None:  # each frame judged by the witness, as Store.load_prefix
-            rows = self.backend.sorted_heads(
-                core.prefix + prefix, core.head_read, limit=None if before else limit, reverse=reverse
-            )
-            taken = 0
-            async for key, _header, _token, _size in self._peeked(rows, prefix, "load"):
-                if before is not None and key >= before:
-                    continue
-                if limit is not None and taken >= limit:
-                    return
-                taken += 1
-                parked = await self.load(key, allow_expired=allow_expired)
-                if parked is not None:
-                    yield key, parked
-            return
         bounded = {} if before is None else {"before": core.prefix + before}
         try:
             async for name, data, token in self.backend.sorted_frames(
                 core.prefix + prefix, limit=limit, reverse=reverse, **bounded
             ):
-                yield await self._cpu(len(data), core.loaded, name, data, token, allow_expired)
+                key, parked = await arun(self.frames.loaded(name, data, token, allow_expired), self._io)
+                if parked is not None:  # a witnessed load of a key that left meanwhile
+                    yield key, parked
         except Exception as exc:
             core.reraise(exc, prefix or "*", "load")
 
@@ -315,17 +288,14 @@ class AsyncStore:
             ):
                 if token.is_zero:  # a value the backend could not read as one of its records, as Store's
                     continue
-                if core.witness is not None:  # one witnessed delete each, as Store.delete_prefix
-                    removed += await self._removed(key, token, "deleted")
-                    continue
-                batch.append((core.prefix + key, token))
+                batch.append((key, token))
                 if len(batch) >= _DELETE_BATCH:
-                    removed += sum(await self.backend.delete_many(batch))
+                    removed += await arun(self.frames.delete_rows(batch), self._io)
                     batch = []
             if batch:
-                removed += sum(await self.backend.delete_many(batch))
+                removed += await arun(self.frames.delete_rows(batch), self._io)
         except Exception as exc:
-            self._core.reraise(exc, prefix or "*", "delete_prefix")
+            core.reraise(exc, prefix or "*", "delete_prefix")
         return removed
 
     async def sweep(self, now: datetime | None = None, *, on_removed: Callable[[Listing], None] | None = None) -> int:
@@ -342,43 +312,39 @@ class AsyncStore:
         ):
             if not core.is_expired(header, now):
                 continue
-            if core.witness is not None:
-                if not await self._removed(key, token, "swept"):
+            try:
+                if not await arun(self.frames.sweep_one(key, token), self._io):
                     continue
-            else:
-                try:
-                    await self.backend.delete(core.prefix + key, token)
-                except TokenMismatch:
-                    continue
-                except Exception as exc:
-                    self._core.reraise(exc, "*", "sweep")
+            except Exception as exc:
+                core.reraise(exc, "*", "sweep")
             removed += 1
             if on_removed is not None:
-                on_removed(self._core.listing(key, header, token, size))
+                on_removed(core.listing(key, header, token, size))
         return removed
 
-    async def _removed(self, key: str, token: Token, how: str) -> bool:
-        try:
-            await self._remove(key, token, how, whole=True)
-        except TokenMismatch:
-            return False
-        return True
-
     async def adopt(self) -> int:
-        """Record in the witness every frame parked before the store had one, as `Store.adopt` (in a worker thread)."""
-        return await asyncio.to_thread(self._sync.adopt)
+        """Record in the witness every frame parked before the store had one, as `Store.adopt`."""
+        self.frames.needs_witness("adopt")
+        core = self._core
+        adopted = 0
+        async for key, header, token, size in self._peeked(
+            self.backend.heads(core.prefix, core.head_read), "", "adopt"
+        ):
+            if isinstance(header, Unreadable) or header.seq is not None:
+                continue
+            adopted += await arun(self.frames.adopt_one(key, token, size), self._io)
+        return adopted
 
     async def acknowledge(self, key: str) -> bool:
         """Accept that the run the witness saw parked under `key`, now missing, is gone, as `Store.acknowledge`."""
-        witness = self._core.witness
-        if witness is None:
-            return self._sync.acknowledge(key)  # raises, before any I/O: no witness
+        self.frames.needs_witness("acknowledge")
         self._core.name(key)
-        return await self._witnessed(key, "acknowledge", witness.acknowledge(self._core, key))
+        return await arun(self.frames.acknowledge(key), self._io)
 
     async def audit(self) -> AuditReport:
-        """Compare every frame with the witness's record of its key, as `Store.audit` (in a worker thread)."""
-        return await asyncio.to_thread(self._sync.audit)
+        """Compare every frame with the witness's record of its key, as `Store.audit`."""
+        self.frames.needs_witness("audit")
+        return await arun(self.frames.audit(), self._io)
 
     async def reseal(self) -> ResealReport:
         """Re-seal every envelope not sealed by the sealer's current key, as `Store.reseal`."""
@@ -391,31 +357,10 @@ class AsyncStore:
         return tally.report()
 
     async def _reseal_one(self, key: str) -> BaseException | bool:
-        core = self._core
-        name = core.name(key)
         try:
-            try:
-                found = await self.backend.get(name)
-            except Exception as exc:
-                self._core.reraise(exc, key, "reseal")
-            if found is None:
-                return False
-            data, token = found
-            if core.witness is not None:
-                env = await self._cpu(len(data), core.open, key, data)
-                assert env.created_at is not None
-                build = functools.partial(core.seal, key, env, env.created_at)
-                plan = core.witness.save(core, key, build, False, token, strict=True, size=len(data))
-                await self._witnessed(key, "reseal", plan)
-                return True
-            frame = await self._cpu(len(data), core.resealed, key, data)
-            try:
-                await self.backend.put(name, frame, if_match=token)
-            except Exception as exc:
-                self._core.reraise(exc, key, "reseal")
+            return await arun(self.frames.reseal_one(key), self._io)
         except Exception as exc:
             return exc
-        return True
 
 
 class _Steps:

@@ -362,7 +362,7 @@ class Parking:
         targets: dict[Any, Any]
         if isinstance(self.store, AsyncStore):
             assert isinstance(self.questions, AsyncQuestionStore)
-            core = self.store.sync.core
+            core = self.store.core
             questions = AsyncCallQuestions(self.questions, calls, deadline)
             targets = {StoreSteps: self.store.steps, QuestionsLike: questions, Framework: resume}
         else:

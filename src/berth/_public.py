@@ -17,8 +17,10 @@ __all__ = ["EXPORTS", "publish"]
 EXPORTS: dict[str, tuple[str, ...]] = {
     "berth._aesgcm": ("AesGcmSealer", "Keyring"),
     "berth._answers": ("frame_answer",),
+    "berth._checkpoint": ("load_checkpoint", "save_checkpoint"),
     "berth._checkpoint_store": ("checkpoint_store",),
     "berth._config": ("sealer_from_env",),
+    "berth._core": ("Listing", "Parked", "PlaintextWarning", "ResealReport"),
     "berth._coordinator": ("Coordinator",),
     "berth._coordinator_core": ("Wake", "WakeDecision"),
     "berth._envelope": ("ENVELOPE_VERSION", "Envelope", "PendingCall", "check_resumable", "digest_file", "digest_json"),
@@ -33,10 +35,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "berth._question_types": ("Answer", "AnswerRefused", "Decision", "InvalidAnswer", "Question", "ToolRequest"),
     "berth._questions": ("QuestionStore", "open_questions"),
     "berth._sealer": ("Sealer",),
-    "berth._store": (
-        "Listing", "Parked", "PlaintextWarning", "ResealReport", "Store", "load_checkpoint", "open_store",
-        "save_checkpoint",
-    ),
+    "berth._store": ("Store", "open_store"),
     "berth._token": ("Token",),
     "berth._witness": ("AuditReport",),
     "berth.aio": (),

@@ -42,9 +42,8 @@ Write order (each step durable before the next), and why a SIGKILL anywhere is s
 
 A load reads the frame, then the record, and judges; a bad verdict is reported
 only if the frame did not change meanwhile (so a concurrent save or claim is never
-taken for an attack). Everything here is I/O as plans (`berth._plan`): `Store`
-runs them, `berth.aio.AsyncStore` awaits them, over the roles "frames" (the
-store's backend) and "witness" (the witness backend).
+taken for an attack). All I/O here is plans over `berth._frames.FrameIO`, and they
+take a store's core, never a store: `berth._witnessed.WitnessedFrames` runs them.
 """
 
 from __future__ import annotations
@@ -54,22 +53,21 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import NamedTuple
 
 import msgspec
 
 from berth._codec import FORMAT_VERSION, MAGIC, MAX_HEADER, PREFIX_SIZE, build_aad, header_size, peek_header
+from berth._core import Parked, StoreCore
 from berth._errors import BackendError, BerthError, FormatError, IntegrityError, TokenMismatch, where
-from berth._plan import INLINE, Cpu, Plan, cpu, role, run, step
+from berth._frames import FrameIO
+from berth._plan import Plan, cpu, step
 from berth._public import publish
 from berth._sealer import Sealer
 from berth._token import Token
 from berth.backends import Backend, Data
 
-if TYPE_CHECKING:
-    from berth._store import Parked, Store, StoreCore
-
-__all__ = ["MAX_SEQ", "AuditReport", "Snapshot", "Witness", "WitnessIO"]
+__all__ = ["MAX_SEQ", "AuditReport", "Snapshot", "Witness"]
 
 log = logging.getLogger("berth")
 
@@ -85,7 +83,6 @@ _HEAD_MAX = PREFIX_SIZE + MAX_HEADER
 MAX_SEQ = 2**63 - 1
 """Sequence numbers stay below it (the longest a header's `seq` can be, for the size check before I/O)."""
 
-# verdicts
 OK, PENDING, GONE = "ok", "pending", "gone"
 MISSING, REPLAYED, UNKNOWN = "missing", "replayed", "unknown"
 _GOOD = (OK, PENDING, GONE)
@@ -256,44 +253,6 @@ def _token_of(found: tuple[Data, Token] | None) -> Token | None:
     return None if found is None else found[1]
 
 
-@role
-class WitnessIO(Protocol):
-    """The witness plans' role: the store's backend ("frames") and the witness's ("records")."""
-
-    def frame_get(self, name: str) -> tuple[Data, Token] | None:
-        """The store backend's `get`."""
-        ...
-
-    def frame_head(self, name: str, size: int) -> tuple[Data, Token] | None:
-        """The store backend's `head`."""
-        ...
-
-    def frame_put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
-        """The store backend's `put`."""
-        ...
-
-    def frame_delete(self, name: str, token: Token) -> None:
-        """The store backend's `delete`."""
-        ...
-
-    def record_get(self, name: str) -> tuple[Data, Token] | None:
-        """The witness backend's `get`."""
-        ...
-
-    def record_put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
-        """The witness backend's `put`."""
-        ...
-
-
-class _Backends:
-    """Two backends (sync or async alike) playing `WitnessIO`: their own methods, bound once."""
-
-    def __init__(self, frames: Any, records: Any):
-        self.frame_get, self.frame_head, self.frame_put = frames.get, frames.head, frames.put
-        self.frame_delete = frames.delete
-        self.record_get, self.record_put = records.get, records.put
-
-
 class Witness:
     """The witness of one store: its backend, and the plans that read and write its records."""
 
@@ -305,11 +264,6 @@ class Witness:
 
     def __repr__(self) -> str:
         return f"Witness({self.backend!r})"
-
-    def targets(self, frames: Any, cpu: Any, records: Any = None) -> dict[Any, Any]:
-        """What its plans run against: `frames` (the store's backend) and `records` (default: the witness's
-        own backend; the async store passes its async twin) as `WitnessIO`, and `cpu` as the `Cpu` role."""
-        return {WitnessIO: _Backends(frames, self.backend if records is None else records), Cpu: cpu}
 
     def name(self, key: str) -> str:
         """The witness backend's name for `key`'s record."""
@@ -369,13 +323,13 @@ class Witness:
             if snap is not None:
                 return snap
         for _ in range(_TRIES):
-            found = yield from step(WitnessIO.frame_get, name)
-            rec, wtoken = self.record(key, (yield from step(WitnessIO.record_get, self.name(key))))
+            found = yield from step(FrameIO.frame_get, name)
+            rec, wtoken = self.record(key, (yield from step(FrameIO.record_get, self.name(key))))
             info = yield from cpu(_size(found), frame_info, found, self.identity, key)
             verdict = judge(rec, info)
             if verdict in _GOOD:
                 return Snapshot(found, info, rec, wtoken, verdict)
-            again = yield from step(WitnessIO.frame_head, name, 1)  # only its token: the frame is read whole once
+            again = yield from step(FrameIO.frame_head, name, 1)  # only its token: the frame is read whole once
             if _token_of(again) == _token_of(found):
                 return Snapshot(found, info, rec, wtoken, verdict)
         raise BackendError(f"the witness of {where(self.identity, key)} kept changing under the read: try again")
@@ -393,7 +347,7 @@ class Witness:
         does not name, or a missing one is read and judged again whole.
         """
         found = yield from self.head(name)
-        rec, wtoken = self.record(key, (yield from step(WitnessIO.record_get, self.name(key))))
+        rec, wtoken = self.record(key, (yield from step(FrameIO.record_get, self.name(key))))
         info = frame_info(found, self.identity, key, whole=False)
         if info is None:  # nothing in place: the head read is the whole read
             verdict = judge(rec, None)
@@ -407,9 +361,9 @@ class Witness:
     def head(self, name: str) -> Plan[tuple[Data, Token] | None]:
         """The frame's first bytes, up to the end of its header, and its token (a second ranged read
         only for a header longer than the first)."""
-        found = yield from step(WitnessIO.frame_head, name, _HEAD_READ)
+        found = yield from step(FrameIO.frame_head, name, _HEAD_READ)
         if found is not None and (need := header_size(found[0])) is not None and len(found[0]) < need <= _HEAD_MAX:
-            found = yield from step(WitnessIO.frame_head, name, need)
+            found = yield from step(FrameIO.frame_head, name, need)
         return found
 
     def refuse(self, key: str, snap: Snapshot) -> None:
@@ -504,7 +458,7 @@ class Witness:
             except TokenMismatch:
                 continue  # another writer of this key: read again
             try:
-                token = yield from step(WitnessIO.frame_put, name, frame, if_match=current, if_absent=current is None)
+                token = yield from step(FrameIO.frame_put, name, frame, if_match=current, if_absent=current is None)
             except TokenMismatch:
                 if if_absent or if_match is not None:
                     raise
@@ -542,7 +496,7 @@ class Witness:
             info = snap.info
             if snap.verdict not in (OK, PENDING) or info is None or info.seq is None:
                 # Not a frame the witness stands behind: remove it, leave the record as it is.
-                yield from step(WitnessIO.frame_delete, name, token)
+                yield from step(FrameIO.frame_delete, name, token)
                 return None
             seq = info.seq
             rec = snap.record or Record(key)
@@ -554,7 +508,7 @@ class Witness:
                     wtoken = yield from self._put(rec, snap.wtoken)
                 except TokenMismatch:
                     continue
-            yield from step(WitnessIO.frame_delete, name, token)  # the commit point: nothing after it fails the call
+            yield from step(FrameIO.frame_delete, name, token)  # the commit point: nothing after it fails the call
             assert wtoken is not None  # the record was written, or was already this one
             yield from self._after_commit(key, rec, wtoken, functools.partial(_gone, seq=seq, how=how), how)
             return None
@@ -624,7 +578,7 @@ class Witness:
             failure,
         )
         try:
-            yield from step(WitnessIO.frame_put, self.note_prefix() + key, _encoder.encode({"after": what}))
+            yield from step(FrameIO.frame_put, self.note_prefix() + key, _encoder.encode({"after": what}))
         except Exception as exc:  # noqa: BLE001 - the commit stands; the record is still judged good
             log.error(
                 "berth: cannot note the unsettled witness record of %s (%s); the next save of the key settles it",
@@ -652,7 +606,7 @@ class Witness:
 
     def _put(self, rec: Record, wtoken: Token | None) -> Plan[Token]:
         token = yield from step(
-            WitnessIO.record_put, self.name(rec.key), self.seal(rec), if_match=wtoken, if_absent=wtoken is None
+            FrameIO.record_put, self.name(rec.key), self.seal(rec), if_match=wtoken, if_absent=wtoken is None
         )
         return token
 
@@ -667,7 +621,7 @@ class Witness:
                 return
             except TokenMismatch:
                 pass
-            found_rec, found_token = self.record(key, (yield from step(WitnessIO.record_get, self.name(key))))
+            found_rec, found_token = self.record(key, (yield from step(FrameIO.record_get, self.name(key))))
             if found_rec is None or found_token is None:
                 return  # the record was removed: nothing to settle (audit reports the frame)
             rec, wtoken = found_rec, found_token
@@ -675,18 +629,24 @@ class Witness:
 
     # --- audit ---------------------------------------------------------------------------------
 
-    def audit(self, store: Store) -> AuditReport:
-        """Compare every frame with its record, and every record with its frame (sync: run by `Store.audit`)."""
+    def audit(self, store: StoreCore) -> Plan[AuditReport]:
+        """Compare every frame with its record, and every record with its frame: `Store.audit`, as a plan."""
         bad: dict[str, list[str]] = {MISSING: [], REPLAYED: [], UNKNOWN: [], "tampered": []}
         seen: set[str] = set()
-        targets = self.targets(store.backend, INLINE)
         checked = 0
-        for key in self._keys(store):
+        frames = store.prefix
+        keys = [name[len(frames) :] for name in (yield from step(FrameIO.frame_names, frames))]
+        for name in (yield from step(FrameIO.record_names, self._prefix)):
+            key = name[len(self._prefix) :]
+            # those with a frame are compared with the frames: a head says so without reading the frame again
+            if (yield from step(FrameIO.frame_head, frames + key, 1)) is None:
+                keys.append(key)
+        for key in keys:
             if key in seen:
                 continue
             checked += 1
             try:
-                snap = run(self.snapshot(store.core.prefix + key, key), targets)
+                snap = yield from self.snapshot(frames + key, key)
             except IntegrityError:
                 bad["tampered"].append(key)
                 seen.add(key)
@@ -696,10 +656,10 @@ class Witness:
                 seen.add(key)
         unsettled = []
         notes = self.note_prefix()
-        for name in store.backend.scan(notes):
+        for name in (yield from step(FrameIO.frame_names, notes)):
             unsettled.append(name[len(notes) :])
             try:
-                run(self._settle(store.core, name[len(notes) :]), targets)
+                yield from self._settle(store, name[len(notes) :])
             except BerthError as exc:  # a writer of the key raced the audit, or a bad record: noted still
                 log.warning("berth: audit left %s unsettled: %s", where(self.identity, name[len(notes) :]), exc)
         return AuditReport(
@@ -719,20 +679,9 @@ class Witness:
             if rec != snap.record:
                 yield from self._put(rec, snap.wtoken)
         note = self.note_prefix() + key
-        found = yield from step(WitnessIO.frame_get, note)
+        found = yield from step(FrameIO.frame_get, note)
         if found is not None:
-            yield from step(WitnessIO.frame_delete, note, found[1])
-
-    def _keys(self, store: Store) -> Iterator[str]:
-        """Every key the store holds a frame for, then every key the witness holds a record for."""
-        frames = store.core.prefix
-        for name in store.backend.scan(frames):
-            yield name[len(frames) :]
-        for name in self.backend.scan(self._prefix):
-            key = name[len(self._prefix) :]
-            # those with a frame were compared above: a head says so without reading the frame again
-            if store.backend.head(frames + key, 1) is None:
-                yield key
+            yield from step(FrameIO.frame_delete, note, found[1])
 
 
 def _landed(rec: Record, seq: int, digest: str, token: Token) -> Record | None:

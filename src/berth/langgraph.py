@@ -211,10 +211,7 @@ def _refuse_unseen(store: Store, prefix: str, after: str, seen: frozenset[str], 
     Each key the witness knows there that the read did not see is loaded: one that left (a
     claim, a delete, a sweep) or landed meanwhile passes; a missing one is refused by the load.
     """
-    witness = store.core.witness
-    if witness is None:
-        return
-    for key in witness.keys_after(prefix, after):
+    for key in store.frames.keys_after(prefix, after):  # none without a witness
         if key not in seen and (before is None or key < before):
             store.load(key, allow_expired=True)
 
@@ -313,7 +310,7 @@ class _AsyncIO:
         return [item async for item in self.store.list(prefix, limit=limit, reverse=reverse)]
 
     async def unseen(self, prefix: str, after: str, seen: frozenset[str], before: str | None = None) -> None:
-        if self.store.sync.core.witness is not None:
+        if self.store.frames.records is not None:  # a witness's backend: the unseen keys to check
             await asyncio.to_thread(_refuse_unseen, self.store.sync, prefix, after, seen, before)
 
     async def load(self, key: str) -> Parked | None:

@@ -1,0 +1,223 @@
+"""How a store writes and reads its frames, as plans: the role they run against, and plain frames.
+
+A store is opened with one frames strategy, chosen once at open: `PlainFrames` here (each
+operation one backend call), or `berth._witnessed.WitnessedFrames` (each operation also read
+against, and recorded in, a witness). Both are sets of plans (`berth._plan`) over the same role,
+`FrameIO`: the store's backend ("frame_*") and, for a witness, a second backend ("record_*").
+`Store` runs a strategy's plans, `berth.aio.AsyncStore` awaits the same plans; neither shell
+branches on which strategy it holds, and the core (`berth._core.StoreCore`) knows of neither.
+
+Every plan raises berth errors naming the store's identity and the key (it translates a
+backend's own), so a shell runs it as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+
+from berth._core import Parked, StoreCore
+from berth._errors import BerthError, TokenMismatch
+from berth._plan import Plan, cpu, role, step
+from berth._token import Token
+from berth.backends import Data
+
+if TYPE_CHECKING:
+    from berth._envelope import Envelope
+
+__all__ = ["AsyncIO", "FrameIO", "PlainFrames", "SyncIO"]
+
+
+@role
+class FrameIO(Protocol):
+    """The frames strategies' role: the store's backend ("frame_*") and a witness's ("record_*")."""
+
+    def frame_get(self, name: str) -> tuple[Data, Token] | None:
+        """The store backend's `get`."""
+        ...
+
+    def frame_head(self, name: str, size: int) -> tuple[Data, Token] | None:
+        """The store backend's `head`."""
+        ...
+
+    def frame_put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
+        """The store backend's `put`."""
+        ...
+
+    def frame_delete(self, name: str, token: Token) -> None:
+        """The store backend's `delete`."""
+        ...
+
+    def frame_get_many(self, names: Sequence[str]) -> Sequence[tuple[Data, Token] | None]:
+        """The store backend's `get_many`."""
+        ...
+
+    def frame_delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
+        """The store backend's `delete_many`."""
+        ...
+
+    def frame_names(self, prefix: str) -> list[str]:
+        """Every name under `prefix` in the store's backend."""
+        ...
+
+    def record_get(self, name: str) -> tuple[Data, Token] | None:
+        """The witness backend's `get`."""
+        ...
+
+    def record_put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
+        """The witness backend's `put`."""
+        ...
+
+    def record_names(self, prefix: str) -> list[str]:
+        """Every name under `prefix` in the witness backend."""
+        ...
+
+
+class SyncIO:
+    """Sync backends playing `FrameIO`. The store's backend is looked up at each call (`owner.backend`
+    when an owner is given), so a backend replaced or patched on an open store is the one called."""
+
+    def __init__(self, frames: Any = None, records: Any = None, *, owner: Any = None):
+        self._fixed, self._owner, self._records = frames, owner, records
+
+    @property
+    def _frames(self) -> Any:
+        return self._fixed if self._owner is None else self._owner.backend
+
+    def frame_get(self, name: str) -> Any:
+        return self._frames.get(name)
+
+    def frame_head(self, name: str, size: int) -> Any:
+        return self._frames.head(name, size)
+
+    def frame_put(self, name: str, data: bytes, **condition: Any) -> Any:
+        return self._frames.put(name, data, **condition)
+
+    def frame_delete(self, name: str, token: Token) -> Any:
+        return self._frames.delete(name, token)
+
+    def frame_get_many(self, names: Sequence[str]) -> Any:
+        return self._frames.get_many(names)
+
+    def frame_delete_many(self, items: Sequence[tuple[str, Token]]) -> Any:
+        return self._frames.delete_many(items)
+
+    def frame_names(self, prefix: str) -> list[str]:
+        return list(self._frames.scan(prefix))
+
+    def record_get(self, name: str) -> Any:
+        return self._records.get(name)
+
+    def record_put(self, name: str, data: bytes, **condition: Any) -> Any:
+        return self._records.put(name, data, **condition)
+
+    def record_names(self, prefix: str) -> list[str]:
+        return list(self._records.scan(prefix))
+
+
+class AsyncIO(SyncIO):
+    """Async backends playing `FrameIO`, awaited (each method returns the backend's awaitable)."""
+
+    async def frame_names(self, prefix: str) -> list[str]:  # type: ignore[override]
+        return [name async for name, *_ in self._frames.heads(prefix, 1)]
+
+    async def record_names(self, prefix: str) -> list[str]:  # type: ignore[override]
+        return [name async for name, *_ in self._records.heads(prefix, 1)]
+
+
+class PlainFrames:
+    """Frames as they are: each operation one call of the store's backend (no witness)."""
+
+    records = None
+
+    def __init__(self, core: StoreCore):
+        self.core = core
+
+    def __repr__(self) -> str:
+        return "PlainFrames()"
+
+    def save(self, key: str, envelope: Envelope, if_absent: bool, if_match: Token | None) -> Plan[Token]:
+        core = self.core
+        frame = yield from cpu(core.state_size(envelope), core.build, key, envelope)
+        try:
+            return (yield from step(FrameIO.frame_put, core.name(key), frame, if_match=if_match, if_absent=if_absent))
+        except Exception as exc:
+            core.reraise(exc, key, "save")
+
+    def load(self, key: str, allow_expired: bool) -> Plan[Parked | None]:
+        core = self.core
+        try:
+            found = yield from step(FrameIO.frame_get, core.name(key))
+        except Exception as exc:
+            core.reraise(exc, key, "load")
+        size = 0 if found is None else len(found[0])
+        return (yield from cpu(size, core.opened, key, found, allow_expired))
+
+    def load_many(self, keys: Sequence[str], names: Sequence[str], allow_expired: bool) -> Plan[list[Parked | None]]:
+        core = self.core
+        try:
+            found = yield from step(FrameIO.frame_get_many, names)
+        except Exception as exc:
+            core.reraise(exc, core.many(keys), "load")
+        size = sum(len(f[0]) for f in found if f is not None)
+        return (yield from cpu(size, core.opened_many, keys, found, allow_expired))
+
+    def loaded(self, name: str, data: Data, token: Token, allow_expired: bool) -> Plan[tuple[str, Parked | None]]:
+        return (yield from cpu(len(data), self.core.loaded, name, data, token, allow_expired))
+
+    def claim_load(self, key: str) -> Plan[tuple[Parked | None, object]]:
+        return (yield from self.load(key, False)), None
+
+    def remove(self, key: str, token: Token, how: str, seen: object = None, whole: bool = False) -> Plan[None]:
+        core = self.core
+        name = core.delete_name(key, token)
+        try:
+            yield from step(FrameIO.frame_delete, name, token)
+        except Exception as exc:
+            core.reraise(exc, key, "delete")
+
+    def delete_rows(self, rows: Sequence[tuple[str, Token]]) -> Plan[int]:
+        prefix = self.core.prefix
+        return sum((yield from step(FrameIO.frame_delete_many, [(prefix + key, token) for key, token in rows])))
+
+    def sweep_one(self, key: str, token: Token) -> Plan[bool]:
+        try:
+            yield from step(FrameIO.frame_delete, self.core.prefix + key, token)
+        except TokenMismatch:
+            return False
+        return True
+
+    def reseal_one(self, key: str) -> Plan[bool]:
+        core = self.core
+        name = core.name(key)
+        try:
+            found = yield from step(FrameIO.frame_get, name)
+        except Exception as exc:
+            core.reraise(exc, key, "reseal")
+        if found is None:
+            return False
+        data, token = found
+        frame = yield from cpu(len(data), core.resealed, key, data)
+        try:
+            yield from step(FrameIO.frame_put, name, frame, if_match=token)
+        except Exception as exc:
+            core.reraise(exc, key, "reseal")
+        return True
+
+    def needs_witness(self, what: str) -> NoReturn:
+        raise BerthError(
+            f"store for identity {self.core.identity!r} has no witness: open it with witness=URL to {what} it"
+        )
+
+    def adopt_one(self, key: str, token: Token, size: int) -> NoReturn:
+        self.needs_witness("adopt")
+
+    def acknowledge(self, key: str) -> NoReturn:
+        self.needs_witness("acknowledge")
+
+    def audit(self) -> NoReturn:
+        self.needs_witness("audit")
+
+    def keys_after(self, prefix: str, after: str) -> Iterator[str]:
+        """Keys a witness knows under `prefix` after `after`: none, without one."""
+        return iter(())
