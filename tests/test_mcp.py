@@ -454,3 +454,32 @@ def test_a_round_survives_a_restart_and_a_key_rotation(tmp_path: Any) -> None:
         assert ran == Counter({"prod": 1})
 
     asyncio.run(main())
+
+
+def test_a_round_whose_winner_died_is_taken_over_after_its_lease() -> None:
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+
+    async def main() -> None:
+        ran: Counter[str] = Counter()
+        never = asyncio.Event()  # the first winner's continuation never finishes: its process "died"
+        async with _astore("memory://mcp-lease", clock=lambda: now[0]) as store:
+            rounds = berth.mcp.Rounds(store, lease=timedelta(minutes=5), wait=timedelta(seconds=1))
+            keyring = berth.Keyring.generate()
+            dead = _server(_aes(keyring, audience="deployer"), rounds, ran, gate=never)
+            alive = _server(_aes(keyring, audience="deployer"), rounds, ran)
+            async with Client(dead) as first, Client(alive) as second:
+                asked = await first.session.call_tool("deploy", {"env": "prod"}, allow_input_required=True)
+                hung = asyncio.create_task(_retry(first, "deploy", {"env": "prod"}, _state(asked)))
+                while ran["prod"] == 0:
+                    await asyncio.sleep(0.01)
+                told = await _retry(second, "deploy", {"env": "prod"}, _state(asked))  # the lease is live
+                assert isinstance(told, CallToolResult) and told.is_error
+                now[0] += timedelta(minutes=5, seconds=1)
+                done = await _retry(second, "deploy", {"env": "prod"}, _state(asked))
+                assert _text(done) == "deployed prod (asked about prod)" and ran["prod"] == 2
+                hung.cancel()
+                await asyncio.gather(hung, return_exceptions=True)
+                again = await _retry(second, "deploy", {"env": "prod"}, _state(asked))
+                assert _text(again) == "deployed prod (asked about prod)" and ran["prod"] == 2
+
+    asyncio.run(main())

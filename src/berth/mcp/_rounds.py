@@ -15,6 +15,7 @@ from mcp_types import CallToolResult, InputRequest, InputRequiredResult
 from berth._aio_store import AsyncStore
 from berth._envelope import Envelope
 from berth._errors import Expired, TokenMismatch
+from berth._token import Token
 
 __all__ = ["PROVIDER", "Rounds"]
 
@@ -43,6 +44,7 @@ class Rounds:
         *,
         lifetime: timedelta = timedelta(days=14),
         wait: timedelta = timedelta(seconds=30),
+        lease: timedelta = timedelta(minutes=5),
     ):
         """Rounds parked in `store`, answerable for `lifetime` after `ask`.
 
@@ -51,6 +53,8 @@ class Rounds:
             lifetime: how long a round may be answered, and its result replayed, after `ask`.
             wait: how long a retry that lost the claim waits for the winner's result before it is
                 told to retry later.
+            lease: how long the retry running the continuation holds the round; if it has stored no
+                result by then (its process died), the next retry takes the round over and runs it.
 
         Raises:
             TypeError: `store` is not a `berth.aio.AsyncStore`.
@@ -58,11 +62,12 @@ class Rounds:
         """
         if not isinstance(store, AsyncStore):
             raise TypeError(f"Rounds needs a berth.aio.AsyncStore (berth.aio.open_store), not {type(store).__name__}")
-        if lifetime <= timedelta(0) or wait <= timedelta(0):
-            raise ValueError(f"Rounds: lifetime and wait must be positive, got {lifetime} and {wait}")
+        if lifetime <= timedelta(0) or wait <= timedelta(0) or lease <= timedelta(0):
+            raise ValueError(f"Rounds: lifetime, wait and lease must be positive, got {lifetime}, {wait}, {lease}")
         self._store = store
         self._lifetime = lifetime
         self._wait = wait.total_seconds()
+        self._lease = lease
 
     @property
     def store(self) -> AsyncStore:
@@ -125,25 +130,54 @@ class Rounds:
         if self._store.now() > deadline:
             raise ToolError(self._expired(round_id, deadline))
         open_key = self._key(round_id, "open")
+        while True:
+            taken = await self._take(open_key, round_id, deadline)
+            if taken is None:
+                stored = await self._stored_result(round_id, deadline)
+                if stored is _RETAKE:  # the winner's lease ran out with no result: it died; take the round over
+                    continue
+                kept: T = stored
+                return kept
+            opened, token = taken
+            try:
+                result = await continuation(state)
+            except BaseException:
+                await self._reopen(opened, open_key, token)
+                raise
+            await self._keep(round_id, deadline, result)
+            await self._release(open_key, token)
+            return result
+
+    async def _take(self, open_key: str, round_id: str, deadline: datetime) -> tuple[Envelope, Token] | None:
+        """Lease the open round to this retry (compare-and-set); None when another retry holds a live lease."""
         try:
-            opened = await self._store.claim(open_key)
+            parked = await self._store.load(open_key)
         except Expired:
             raise ToolError(self._expired(round_id, deadline)) from None
-        if opened is None:
-            stored: T = await self._stored_result(round_id, deadline)
-            return stored
+        if parked is None or _leased(parked.envelope, self._store.now()):
+            return None
+        opened = parked.envelope
+        kept = json.loads(opened.provider_state)
+        kept["lease_until"] = (self._store.now() + self._lease).isoformat()
         try:
-            result = await continuation(state)
-        except BaseException:
-            await self._reopen(opened, open_key)
-            raise
-        await self._keep(round_id, deadline, result)
-        return result
+            await self._store.save(open_key, _with_state(opened, kept), if_match=parked.token)
+            leased = await self._store.load(open_key)
+        except (TokenMismatch, Expired):
+            return None
+        if leased is None:  # pragma: no cover - swept between the two calls
+            return None
+        return opened, leased.token
 
-    async def _reopen(self, opened: Any, open_key: str) -> None:
+    async def _reopen(self, opened: Envelope, open_key: str, token: Token) -> None:
         try:
-            await self._store.save(open_key, opened, if_absent=True)
-        except (TokenMismatch, Expired):  # pragma: no cover - another retry reopened it, or it died meanwhile
+            await self._store.save(open_key, opened, if_match=token)
+        except (TokenMismatch, Expired):  # another retry took the round over, or it died meanwhile
+            pass
+
+    async def _release(self, open_key: str, token: Token) -> None:
+        try:
+            await self._store.delete(open_key, token)
+        except TokenMismatch:  # our lease ran out and another retry took over: its result is stored first
             pass
 
     async def _keep(self, round_id: str, deadline: datetime, result: Any) -> None:
@@ -167,6 +201,8 @@ class Rounds:
                 parked = await self._store.load(key)
             except Expired:
                 raise ToolError(self._expired(round_id, deadline)) from None
+            if parked is None and await self._orphaned(round_id):
+                return _RETAKE
             if parked is not None:
                 kept = json.loads(parked.envelope.provider_state)
                 if "call_tool_result" in kept:
@@ -180,6 +216,14 @@ class Rounds:
             await asyncio.sleep(pause)  # polls the store: the winner may be another process
             pause = min(pause * 2, 0.5)
 
+    async def _orphaned(self, round_id: str) -> bool:
+        """Whether the round is open with no live lease (its winner died, or it failed and reopened)."""
+        try:
+            parked = await self._store.load(self._key(round_id, "open"))
+        except Expired:
+            return False
+        return parked is not None and not _leased(parked.envelope, self._store.now())
+
     def _where(self, round_id: str) -> str:
         return f"{self._key(round_id, '*')!r} (identity {self._store.identity!r})"
 
@@ -188,6 +232,25 @@ class Rounds:
 
     def _key(self, round_id: str, what: str) -> str:
         return f"{_ROUNDS}{round_id}/{what}"
+
+
+_RETAKE: Any = object()  # `_stored_result`: the round is open again with no live lease
+
+
+def _leased(envelope: Envelope, now: datetime) -> bool:
+    lease = json.loads(envelope.provider_state).get("lease_until")
+    return lease is not None and now < datetime.fromisoformat(lease)
+
+
+def _with_state(envelope: Envelope, state: dict[str, Any]) -> Envelope:
+    return Envelope(
+        provider_state=state,
+        provider=envelope.provider,
+        run_id=envelope.run_id,
+        reason=envelope.reason,
+        deadline=envelope.deadline,
+        labels=dict(envelope.labels),
+    )
 
 
 def _parse_state(request_state: str) -> tuple[str, datetime, str]:
