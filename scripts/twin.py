@@ -68,6 +68,13 @@ _QUESTIONS = {
     "berth.aio.open_questions": "berth.open_questions",
 }
 
+_SAVER_IO = {
+    "AsyncSaverIO": "SaverIO",
+    "AsyncStore": "Store",
+    "_aio_store": "_store",
+    "berth.aio.AsyncStore": "berth.Store",
+}
+
 _COORDINATOR = {
     "AsyncCoordinator": "Coordinator",
     "AsyncQuestionsLike": "QuestionsLike",
@@ -82,6 +89,7 @@ TWINS: tuple[Twin, ...] = (
     Twin("src/berth/_aio_coordinator.py", "src/berth/_coordinator.py", _COORDINATOR),
     Twin("src/berth/_aio_questions.py", "src/berth/_questions.py", _QUESTIONS),
     Twin("src/berth/backends/postgres/_aio_pool.py", "src/berth/backends/postgres/_pool.py", _PG_POOL),
+    Twin("src/berth/langgraph/_aio_io.py", "src/berth/langgraph/_io.py", _SAVER_IO),
 )
 """Every generated module, sorted by target; paths relative to the repository's root."""
 

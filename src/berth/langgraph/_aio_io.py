@@ -1,0 +1,95 @@
+"""`AsyncSaverIO`: the store calls the savers' plans make (their role "io"), awaited over a `berth.aio.AsyncStore`.
+
+The source of `berth/langgraph/_io.py` (`SaverIO`, over a `berth.Store`), which `scripts/twin.py`
+generates from it: change this module and run the script. The question store is the sync one in
+both (the async saver asks and consumes in a worker thread).
+"""  # twin: sync """`SaverIO`: the store calls the savers' plans make (their role "io"), over a `berth.Store`."""
+
+from __future__ import annotations
+
+import asyncio  # twin: sync import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from berth._aio_store import AsyncStore
+from berth._envelope import Envelope
+from berth._errors import Expired, TokenMismatch
+from berth._store import Listing, Parked
+from berth.langgraph._questions import ask_once, asked_keys, questions_over, refuse_unseen
+
+__all__ = ["AsyncSaverIO"]
+
+
+class AsyncSaverIO:
+    """The store calls a saver's plans make, over a `berth.aio.AsyncStore`."""
+
+    def __init__(self, store: AsyncStore):
+        self.store = store
+        self.questions = questions_over(store.sync)  # twin: sync self.questions = questions_over(store)
+
+    async def ask(self, key: str, value: Any, deadline: datetime, question_id: str) -> None:
+        await asyncio.to_thread(
+            ask_once, self.questions, key, value, deadline, question_id
+        )  # twin: sync ask_once(self.questions, key, value, deadline, question_id)
+
+    async def consume(self, key: str, question_id: str) -> None:
+        await asyncio.to_thread(
+            self.questions.consume, key, question_id
+        )  # twin: sync self.questions.consume(key, question_id)
+
+    async def asked(self, prefix: str, limit: int) -> list[str]:
+        return await asyncio.to_thread(
+            asked_keys, self.questions, prefix, limit
+        )  # twin: sync return asked_keys(self.questions, prefix, limit)
+
+    async def exists(self, key: str) -> bool:
+        return await self.store.load(key, allow_expired=True) is not None
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)  # twin: sync time.sleep(seconds)
+
+    async def clear_expired(self, key: str) -> None:
+        try:
+            await self.store.load(key)
+        except Expired as exc:
+            await self.delete(key, exc.token)
+
+    async def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
+        return [item async for item in self.store.list(prefix, limit=limit, reverse=reverse)]
+
+    async def unseen(self, prefix: str, after: str, seen: frozenset[str], before: str | None = None) -> None:
+        # twin: async-only
+        if self.store.sync.core.witness is None:
+            return  # without a witness, no hop to a thread
+        # twin: end
+        await asyncio.to_thread(
+            refuse_unseen, self.store.sync, prefix, after, seen, before
+        )  # twin: sync refuse_unseen(self.store, prefix, after, seen, before)
+
+    async def load(self, key: str) -> Parked | None:
+        return await self.store.load(key)
+
+    async def load_many(self, keys: Sequence[str]) -> list[Parked | None]:
+        return await self.store.load_many(keys) if keys else []
+
+    async def frames(
+        self, prefix: str, limit: int | None = None, reverse: bool = False, before: str | None = None
+    ) -> list[tuple[str, Parked]]:
+        return [row async for row in self.store.load_prefix(prefix, limit=limit, reverse=reverse, before=before)]
+
+    async def last_key(self, prefix: str, before: str | None) -> str | None:
+        found = self.store.load_prefix(prefix, limit=1, reverse=True, before=before, allow_expired=True)
+        return next(iter([key async for key, _ in found]), None)
+
+    async def save(self, key: str, envelope: Envelope, **condition: Any) -> Any:
+        return await self.store.save(key, envelope, **condition)
+
+    async def delete(self, key: str, token: Any) -> None:
+        try:
+            await self.store.delete(key, token)
+        except TokenMismatch:  # re-saved or removed meanwhile: what is there now stays
+            pass
+
+    async def delete_prefix(self, prefix: str) -> int:
+        return await self.store.delete_prefix(prefix)
