@@ -60,8 +60,8 @@ class AsyncSaverIO:
 
     async def unseen(self, prefix: str, after: str, seen: frozenset[str], before: str | None = None) -> None:
         # twin: async-only
-        if self.store.sync.core.witness is None:
-            return  # without a witness, no hop to a thread
+        if self.store.frames.records is None:  # no witness's backend: no unseen keys to check
+            return  # and no hop to a thread
         # twin: end
         await asyncio.to_thread(
             refuse_unseen, self.store.sync, prefix, after, seen, before

@@ -44,9 +44,6 @@ def refuse_unseen(store: Store, prefix: str, after: str, seen: frozenset[str], b
     Each key the witness knows there that the read did not see is loaded: one that left (a
     claim, a delete, a sweep) or landed meanwhile passes; a missing one is refused by the load.
     """
-    witness = store.core.witness
-    if witness is None:
-        return
-    for key in witness.keys_after(prefix, after):
+    for key in store.frames.keys_after(prefix, after):  # none without a witness
         if key not in seen and (before is None or key < before):
             store.load(key, allow_expired=True)
