@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -69,3 +70,66 @@ def test_the_sdk_alone_runs_a_duplicated_retry_twice_and_forgets_a_round_across_
             assert ran["prod"] == 2
 
     asyncio.run(main())
+
+
+# --- a2a-sdk's own InMemoryTaskStore (the table's "a2a-sdk 1.3.0 stores" column) ---------------------
+# The DatabaseTaskStore needs sqlalchemy + aiosqlite, which the test extra does not install: it is
+# measured by benchmarks/anchors_a2a_database.py in a scratch venv.
+
+
+def _a2a() -> Any:
+    return pytest.importorskip("a2a.server.tasks", reason="the a2a extra is not installed")
+
+
+def _a2a_task(state_name: str) -> Any:
+    from a2a.types.a2a_pb2 import Task, TaskState, TaskStatus
+
+    return Task(id="t-1", context_id="c-1", status=TaskStatus(state=getattr(TaskState, state_name)))
+
+
+def _a2a_ctx() -> Any:
+    from a2a.server.context import ServerCallContext
+
+    return ServerCallContext()
+
+
+def _a2a_note(text: str) -> Any:
+    from a2a.types.a2a_pb2 import Message, Part, Role
+
+    return Message(message_id=text, role=Role.ROLE_USER, parts=[Part(text=text)])
+
+
+def test_a2a_in_memory_store_loses_a_concurrent_update_silently() -> None:
+    store = _a2a().InMemoryTaskStore()
+
+    async def main() -> list[str]:
+        await store.save(_a2a_task("TASK_STATE_WORKING"), _a2a_ctx())
+        a, b = await asyncio.gather(store.get("t-1", _a2a_ctx()), store.get("t-1", _a2a_ctx()))
+        a.history.append(_a2a_note("from worker A"))
+        b.history.append(_a2a_note("from worker B"))
+        await asyncio.gather(store.save(a, _a2a_ctx()), store.save(b, _a2a_ctx()))  # neither is refused
+        final = await store.get("t-1", _a2a_ctx())
+        return [part.text for message in final.history for part in message.parts]
+
+    assert asyncio.run(main()) == ["from worker B"]  # last writer wins: A's update is gone, nobody told
+
+
+def test_a2a_in_memory_store_has_no_deadline_for_an_input_required_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    import inspect
+    import time
+
+    tasks = _a2a()
+    assert list(inspect.signature(tasks.InMemoryTaskStore.save).parameters) == ["self", "task", "context"]
+    store = tasks.InMemoryTaskStore()
+    waiting = _a2a_task("TASK_STATE_INPUT_REQUIRED")
+    asyncio.run(store.save(waiting, _a2a_ctx()))
+    later = time.time() + 400 * 86400  # the wall clock 400 days on: nothing in the store reads it
+    monkeypatch.setattr(time, "time", lambda: later)
+    monkeypatch.setattr(time, "monotonic", lambda: later)
+    assert asyncio.run(store.get("t-1", _a2a_ctx())) == waiting
+
+
+def test_a2a_in_memory_store_forgets_a_task_across_a_restart() -> None:
+    tasks = _a2a()
+    asyncio.run(tasks.InMemoryTaskStore().save(_a2a_task("TASK_STATE_INPUT_REQUIRED"), _a2a_ctx()))
+    assert asyncio.run(tasks.InMemoryTaskStore().get("t-1", _a2a_ctx())) is None  # a new process's store
