@@ -2,8 +2,9 @@
 
 `Store` is the sync shell: it checks arguments (before any I/O) and runs plans -- its frames
 strategy's (`berth._frames`, `berth._witnessed`: chosen once at open) and its core's claim
-(`berth._core`) -- with the sync driver; enumerations stream the backend's headers and run a
-plan per row. `berth.aio.AsyncStore` is the same shell awaited.
+(`berth._core`) -- with the sync driver (save, load and a claim's two steps through the
+strategy's `hot_path`: plain frames run them straight-line, `berth._frames.PlainHotPath`);
+enumerations stream the backend's headers and run a plan per row. `berth.aio.AsyncStore` is the same shell awaited.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class Store:
         self.frames: Frames = frames_for(self.core, None if witness is None else as_backend(witness))
         """How this store writes and reads frames, chosen here once: plainly, or through a witness."""
         self._targets = {FrameIO: SyncIO(records=self.frames.records, owner=self), Cpu: INLINE}
+        self._hot = self.frames.hot_path(self, self._targets)
         self.steps: StoreSteps = _Steps(self)
         """This store playing `StoreSteps` in plans (a claim's, a coordinator's, the question store's)."""
         self._claiming = {StoreSteps: self.steps}
@@ -177,7 +179,7 @@ class Store:
         """
         self.core.name(key)
         self.core.check_condition(key, if_absent, if_match)
-        return run(self.frames.save(key, envelope, if_absent, if_match), self._targets)
+        return self._hot.save(key, envelope, if_absent, if_match)
 
     def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
         """Open the envelope parked under `key`, with the token that can claim it.
@@ -199,7 +201,7 @@ class Store:
             BackendError: the backend failed.
         """
         self.core.name(key)
-        return run(self.frames.load(key, allow_expired), self._targets)
+        return self._hot.load(key, allow_expired)
 
     def load_many(self, keys: Sequence[str], *, allow_expired: bool = False) -> list[Parked | None]:
         """`load` of several keys at once: one round trip where the backend can (SQLite,
@@ -236,7 +238,7 @@ class Store:
     def _remove(self, key: str, token: Token, how: str, seen: object = None, *, whole: bool = False) -> None:
         """`delete`, saying how the frame left (`StoreSteps.remove`); `whole`: read the frame whole (a sweep
         or a prefix delete) rather than by its head."""
-        run(self.frames.remove(key, token, how, seen, whole), self._targets)
+        self._hot.remove(key, token, how, seen, whole)
 
     def claim(self, key: str) -> Envelope | None:
         """Load and delete: exactly one caller across threads, processes and hosts gets the envelope.
@@ -258,7 +260,7 @@ class Store:
 
     def _claim_load(self, key: str) -> tuple[Parked | None, object]:
         """A claim's load, and with a witness the snapshot it judged (its `_remove` reuses it)."""
-        return run(self.frames.claim_load(key), self._targets)
+        return self._hot.claim_load(key)
 
     def _heads(
         self, prefix: str, *, ordered: bool = False, limit: int | None = None, reverse: bool = False

@@ -10,14 +10,14 @@ a store is opened; the shells (`Store`, `berth.aio.AsyncStore`) run whichever th
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from berth._codec import frame_head
 from berth._core import Parked, StoreCore
 from berth._envelope import Envelope
 from berth._errors import FormatError, IntegrityError, TokenMismatch
-from berth._frames import FrameIO, PlainFrames
+from berth._frames import FrameIO, HotPath, PlainFrames, PlannedHotPath
 from berth._plan import Plan, cpu, step
 from berth._token import Token
 from berth._witness import MAX_SEQ, AuditReport, Snapshot, Witness
@@ -48,6 +48,7 @@ class Frames(Protocol):
     def acknowledge(self, key: str) -> Plan[bool]: ...
     def audit(self) -> Plan[AuditReport]: ...
     def keys_after(self, prefix: str, after: str) -> Iterator[str]: ...
+    def hot_path(self, owner: Any, targets: Mapping[Any, Any]) -> HotPath: ...
 
 
 def frames_for(core: StoreCore, witness: Any = None) -> Frames:
@@ -67,6 +68,10 @@ class WitnessedFrames:
 
     def __repr__(self) -> str:
         return f"WitnessedFrames({self.witness!r})"
+
+    def hot_path(self, owner: Any, targets: Mapping[Any, Any]) -> HotPath:
+        """The sync store's save, load, claim_load and remove: these plans, run (`PlannedHotPath`)."""
+        return PlannedHotPath(self, targets)
 
     def _reraising(self, plan: Plan[Any], key: str, what: str) -> Plan[Any]:
         try:
