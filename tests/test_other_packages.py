@@ -26,12 +26,11 @@ ALLOWED: dict[tuple[str, str], str] = {
     # (a run parked under other instructions is never resumed). Capped below the next release in
     # pyproject's pydantic-ai extra; test_pydantic_ai_private_reads_still_hold fails on that release.
     ("berth/pydantic_ai.py", "_instructions"): "Agent._instructions (pydantic-ai, capped)",
-    # backends/ is `rooms2`'s part of issue 33. The lean Redis pool subclasses redis.asyncio's pool and
-    # keeps its two connection lists: redis is capped <9 in pyproject, and tests/backends/test_redis_pool.py
-    # fails naming the field when redis-py moves them. The GCS backend reuses the client's retry predicate.
+    # The lean Redis pool subclasses redis.asyncio's pool and keeps its two connection lists: redis is
+    # capped <9 in pyproject, and tests/backends/test_redis_pool.py fails naming the field when redis-py
+    # moves them.
     ("berth/backends/redis/_pool.py", "_available_connections"): "redis.asyncio.ConnectionPool (lean pool)",
     ("berth/backends/redis/_pool.py", "_in_use_connections"): "redis.asyncio.ConnectionPool (lean pool)",
-    ("berth/backends/gcs.py", "_predicate"): "google.api_core DEFAULT_RETRY._predicate",
 }
 
 # Underscore names that are another package's public API by convention: namedtuple's methods

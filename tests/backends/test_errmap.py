@@ -142,6 +142,16 @@ def _optional(module: str) -> Any:
         return None
 
 
+def _error_table(backend: str) -> ErrorMap:
+    """A backend's one error table: `ERRORS` in a backend package's shared module, `_ERRORS` in a backend module."""
+    shared = {"postgres": "berth.backends.postgres._sql", "redis": "berth.backends.redis._wire"}
+    if backend in shared:
+        table: ErrorMap = importlib.import_module(shared[backend]).ERRORS
+        return table
+    table = importlib.import_module(f"berth.backends.{backend}")._ERRORS
+    return table
+
+
 @pytest.mark.parametrize(
     ("module", "exc", "op", "conditional", "error", "says"),
     _client_errors(),
@@ -150,7 +160,7 @@ def _optional(module: str) -> Any:
 def test_each_backends_table_maps_its_clients_errors(
     module: str, exc: BaseException, op: str, conditional: bool, error: type[berth.BerthError], says: str
 ) -> None:
-    table: ErrorMap = importlib.import_module(f"berth.backends.{module}")._ERRORS
+    table: ErrorMap = _error_table(module)
     with pytest.raises(error) as info:
         with table.mapped(op, "i/k", conditional=conditional):
             raise exc
