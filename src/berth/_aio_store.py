@@ -29,7 +29,6 @@ from berth._core import (
 )
 from berth._envelope import Envelope
 from berth._frames import AsyncIO, FrameIO
-from berth._keys import validate_key
 from berth._plaintext import PlaintextSealer
 from berth._plan import OFF_LOOP_BYTES, Cpu, arun
 from berth._sealer import Sealer
@@ -144,7 +143,7 @@ class AsyncStore:
 
     def check_key(self, key: str) -> str:
         """Return `key` if this store accepts it (the key rules); no I/O, as `Store.check_key`."""
-        return validate_key(key, self.identity)
+        return self.core.check_key(key)
 
     def now(self) -> datetime:
         """The store's clock."""

@@ -26,7 +26,6 @@ from typing import Any, NamedTuple, Protocol
 
 from berth._envelope import ENVELOPE_VERSION, Envelope
 from berth._errors import BackendError, BerthError, ConfigDrift, Expired, InvalidEnvelope, TokenMismatch, where
-from berth._keys import validate_key
 from berth._plan import Plan, commit, role, step
 from berth._public import publish
 from berth._question_types import Answer, Question
@@ -179,7 +178,7 @@ class CoordinatorCore:
 
     def suspend_plan(self, key: str, envelope: Envelope, question: str | None) -> Plan[Envelope]:
         """Suspend as a plan of store and question-store calls (run by `Coordinator`, awaited by `AsyncCoordinator`)."""
-        key = validate_key(key, self.identity)
+        key = self.store.check_key(key)
         if self.default_deadline < timedelta(0):
             raise InvalidEnvelope(
                 f"suspend at {where(self.identity, key)} refused: default_deadline is negative "
@@ -245,7 +244,7 @@ class CoordinatorCore:
 
     def wake_plan(self, key: str) -> Plan[Wake]:
         """Wake as a plan of store and question-store calls (run by `Coordinator`, awaited by `AsyncCoordinator`)."""
-        key = validate_key(key, self.identity)
+        key = self.store.check_key(key)
         try:
             parked = yield from step(StoreSteps.load, key, allow_expired=True)
         except BerthError as exc:

@@ -320,6 +320,11 @@ class StoreCore:
             self._names[key] = name
         return name
 
+    def check_key(self, key: str) -> str:
+        """`key`, checked by the key rules (raises `InvalidKey`), through the cache `name` keeps."""
+        self.name(key)
+        return key
+
     def sealer_for(self, header: Header, key: str) -> PartsSealer:
         """The sealer that opens a frame with `header`: the plaintext policy (no silent downgrade)."""
         if header.sealer == PlaintextSealer.name:

@@ -40,7 +40,8 @@ def validate_key(key: object, identity: str | None = None) -> str:
 
 # Not cached: a store keeps each key's checked name (`berth._core._NAMES_KEPT`), so its save, load
 # and claim check a key here once per store; a cache here as well measured nothing on them (issue 33,
-# benchmarks/bench_hotpath.py). Callers outside the store (coordinator, question store) pay ~1 µs a check.
+# benchmarks/bench_hotpath.py); the coordinator checks through its store's. Other callers (the question
+# store) pay ~1 µs a check.
 def _key_problem(key: str) -> str | None:
     if not key:
         return "a key is 1-1024 bytes of UTF-8, this one is empty"

@@ -28,7 +28,6 @@ from berth._core import (
 )
 from berth._envelope import Envelope
 from berth._frames import FrameIO, SyncIO
-from berth._keys import validate_key
 from berth._plaintext import PlaintextSealer
 from berth._plan import INLINE, Cpu, run
 from berth._public import publish
@@ -149,7 +148,7 @@ class Store:
         Raises:
             InvalidKey: the key breaks a rule; the message names the rule.
         """
-        return validate_key(key, self.identity)
+        return self.core.check_key(key)
 
     def save(self, key: str, envelope: Envelope, *, if_absent: bool = False, if_match: Token | None = None) -> Token:
         """Seal and park `envelope` under `key`, superseding whatever was parked there.
