@@ -48,3 +48,36 @@ def test_site_builds_in_strict_mode(tmp_path: Path) -> None:
     assert 'id="berth.aio.AsyncStore.load_prefix"' in aio and 'id="berth.aio.AsyncBackend.sorted_frames"' in aio
     assert "Apache License" in (site / "license" / "index.html").read_text()
     assert "Unreleased" in (site / "changelog" / "index.html").read_text()
+
+
+_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
+_MD_NAME = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.md)\b")
+_OUTSIDE = re.compile(r"(?<![\w.])(/work/|\.\./\.\./|shared/reference)")
+
+
+def test_docs_point_only_at_files_in_the_repository() -> None:
+    """A reader has the repository, nothing beside it: every relative link resolves inside it, every
+    `NAME.md` a doc names is one of its files, and no doc cites a path of the machine it was written on."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    names = {Path(p).name for p in tracked}
+    places = {str(Path(p).parent) for p in tracked} | set(tracked)
+    docs = [
+        "README.md",
+        "CONTRIBUTING.md",
+        "SECURITY.md",
+        *(p for p in tracked if p.startswith("docs/") and p.endswith(".md")),
+    ]
+    found = []
+    for doc in docs:
+        text = (ROOT / doc).read_text()
+        for link in _LINK.findall(text):
+            if re.match(r"[a-z][a-z0-9+.-]*:", link) or link.startswith("/"):
+                continue  # a URL; a site-absolute link is mkdocs' to check
+            target = os.path.normpath(os.path.join(os.path.dirname(doc), link))
+            if target.startswith("..") or target.rstrip("/") not in places:
+                found.append(f"{doc}: link {link}")
+        for name in _MD_NAME.findall(text):
+            if Path(name).name not in names:
+                found.append(f"{doc}: names {name}, not a file of the repository")
+        found += [f"{doc}: cites {m}" for m in _OUTSIDE.findall(text)]
+    assert not found, "\n".join(found)

@@ -550,15 +550,19 @@ def open_store(
         witness: a second backend URL (or a backend), ideally in another trust domain, where
             berth records the latest frame of each key and how it left; load and claim then
             refuse a frame that is not the latest, and `audit()` finds deleted, replayed and
-            rolled-back frames (docs/store.md, "The witness"). Opened with no options.
-        **options: passed to the backend.
+            rolled-back frames (docs/store.md, "The witness"). Opened with no options but `create`.
+        **options: passed to the backend; `create=False` (any scheme) opens only a store that
+            exists, its witness too: where a backend would create its storage (a directory, a
+            database file, a table) it raises `BackendError` instead, creating nothing
+            (PostgreSQL at the first call, which is when it looks).
 
     Raises:
         InvalidKey: the identity is invalid (before any I/O).
         BerthError: unknown scheme, or its extra is not installed.
     """
     sealer = store_sealer(url, identity, sealer)
-    witness_backend = open_backend(witness) if isinstance(witness, str) else witness
+    create = options.get("create", True)  # a witness opened with create=False creates nothing either
+    witness_backend = open_backend(witness, create=create) if isinstance(witness, str) else witness
     backend = open_backend(url, **options)
     return Store(
         backend,

@@ -71,7 +71,10 @@ def open_store(
         BerthError: unknown scheme, or its extra is not installed.
     """
     sealer = store_sealer(url, identity, sealer)
-    witness_backend = open_backend(witness, max_threads=max_threads) if isinstance(witness, str) else witness
+    create = options.get("create", True)  # a witness opened with create=False creates nothing either
+    witness_backend = (
+        open_backend(witness, max_threads=max_threads, create=create) if isinstance(witness, str) else witness
+    )
     backend = open_backend(url, max_threads=max_threads, **options)
     return AsyncStore(
         backend,

@@ -27,7 +27,7 @@ from berth._cli._failures import (
     unreachable,
 )
 from berth._cli._settings import Settings
-from berth._errors import where
+from berth._errors import StoreMissing, where
 
 __all__ = ["COMMANDS", "CONTEXT", "Group", "cli", "main", "output_options", "store_options"]
 
@@ -256,6 +256,8 @@ def _run(settings: Settings, fn: Callable[[], Any]) -> int:
         return fail("aborted", 130)
     except (berth.InvalidKey, berth.InvalidEnvelope, berth.InvalidAnswer) as exc:
         return fail(_named(settings, exc), USAGE)
+    except StoreMissing as exc:  # found at first use (PostgreSQL looks for its table then, not at open)
+        return fail(_named(settings, exc), NOT_FOUND)
     except berth.BerthError as exc:
         return fail(_named(settings, exc), UNAVAILABLE if unreachable(exc) else REFUSED)
     except (BrokenPipeError, PipeClosed):

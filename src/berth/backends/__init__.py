@@ -30,6 +30,7 @@ __all__ = [
     "as_backend",
     "async_backend_class",
     "backend_class",
+    "creating",
     "credentials_hidden",
     "open_backend",
     "register",
@@ -350,9 +351,15 @@ def open_backend(url: str, **options: Any) -> Backend:
     `create=False` (any scheme) opens only what exists: a backend that would create its
     storage (`Backend.creates`) raises `StoreMissing` instead, having created nothing.
     """
-    create = options.pop("create", True)
     cls = backend_class(url)
+    with credentials_hidden(url):
+        return cls.from_url(url, **creating(cls, options))
+
+
+def creating(cls: type[Backend], options: dict[str, Any]) -> dict[str, Any]:
+    """`options` without `create`, which goes back in as `create=False` only for a backend that
+    creates its storage (`Backend.creates`): to every other, opening creates nothing anyway."""
+    create = options.pop("create", True)
     if cls.creates and not create:
         options["create"] = False
-    with credentials_hidden(url):
-        return cls.from_url(url, **options)
+    return options

@@ -13,7 +13,7 @@ import psycopg.conninfo
 import psycopg.errors
 from psycopg import sql
 
-from berth._errors import BackendError, BerthError
+from berth._errors import BackendError, BerthError, StoreMissing
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._bulk import Frame, Head
@@ -47,9 +47,13 @@ class PostgresBackend(Backend):
     """Frames as rows of one PostgreSQL table; safe across threads (a pool), processes and hosts.
 
     The table is created by `setup()`, which is idempotent and versioned, and
-    which runs by itself on first use when the table is missing. A role
-    without DDL rights works once `setup()` has run as one that has them.
+    which runs by itself on first use when the table is missing -- unless opened
+    with `create=False`: the first use then only checks that the table is there
+    (`StoreMissing` if not), creating nothing. A role without DDL rights works
+    once `setup()` has run as one that has them.
     """
+
+    creates = True
 
     def __init__(
         self,
@@ -63,6 +67,7 @@ class PostgresBackend(Backend):
         connect_timeout: int = 10,
         application_name: str = "berth",
         prepare_threshold: int | None = 5,
+        create: bool = True,
     ):
         for label, ident in (("schema", schema), ("table", table)):
             if not isinstance(ident, str) or not IDENT.fullmatch(ident):
@@ -87,6 +92,8 @@ class PostgresBackend(Backend):
             kwargs["connect_timeout"] = connect_timeout
         self._q = statements(schema, table)
         self.ready = False
+        self._create = create
+        self._database = f"{params.get('dbname') or params.get('user') or '?'!r} on {params.get('host') or 'localhost'}"
         self._upload = True  # large puts by COPY (False once the role turns out to lack TEMP)
         self._ready_lock = threading.Lock()
         self.pool_args = (conninfo, kwargs, pool_max_size, pool_timeout, pool_max_idle)
@@ -171,12 +178,42 @@ class PostgresBackend(Backend):
             )
 
     def ensure_ready(self) -> None:
-        """Run `setup` once, on first use, unless it has run (the async backend calls it in a thread)."""
+        """Run `setup` once, on first use, unless it has run (the async backend calls it in a thread).
+
+        Opened with `create=False`: only check that the table is there, at this berth's schema
+        version, creating nothing.
+
+        Raises:
+            StoreMissing: opened with `create=False`, and the table (or its schema) does not exist.
+            BackendError: the database failed or refused, or holds another schema version.
+        """
         if self.ready:
             return
         with self._ready_lock:
-            if not self.ready:
+            if self.ready:
+                return
+            if self._create:
                 self.setup()
+            else:
+                self._check_present()
+
+    def _check_present(self) -> None:
+        where = f"{self.schema}.{self.table}"
+        try:
+            with self._pool.connection() as conn:
+                version = self._installed_version(conn)
+        except ERRORS.catches as exc:
+            raise ERRORS.error(exc, "open", where) from exc
+        if version == 0:
+            raise StoreMissing(
+                f"postgresql database {self._database} has no berth table {where} (`berth setup` creates it)"
+            )
+        if version < SCHEMA_VERSION:
+            raise BackendError(
+                f"postgresql table {where} is at schema version {version}, older than this berth's "
+                f"{SCHEMA_VERSION}: `berth setup` migrates it"
+            )
+        self.ready = True
 
     # --- the seam ---------------------------------------------------------------------
 
