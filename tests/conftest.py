@@ -24,6 +24,7 @@ import pytest
 
 from tests._moto import moto_command
 from tests._net import free_port, wait_http
+from tests._redis_cluster import LocalCluster
 from tests._skip_rule import CI, pytest_make_collect_report, pytest_runtest_makereport
 
 __all__ = [
@@ -135,6 +136,28 @@ def redis_url() -> str:
     except Exception as exc:
         unavailable("Redis", f"{REDIS_URL}: {type(exc).__name__}: {exc}")
     return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A `redis+cluster://` URL (BERTH_TEST_REDIS_CLUSTER, or three primaries started for this session)."""
+    try:
+        import redis.cluster  # noqa: F401
+    except ImportError:
+        unavailable("Redis Cluster", "redis-py is not installed: ./dev test installs it")
+    given = os.environ.get("BERTH_TEST_REDIS_CLUSTER")
+    if given:
+        yield given
+        return
+    cluster = LocalCluster(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        cluster.start()
+    except RuntimeError as exc:
+        unavailable("Redis Cluster", str(exc))
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -266,7 +266,7 @@ def network_opener(backend: str, address: str, *, witness: bool = False) -> Open
                 f"{address}{sep}table=reliability_frames", witness=f"{address}{sep}table=reliability_witness"
             )
         return url_opener(f"{address}{sep}table=reliability_frames")
-    if backend == "redis":
+    if backend in ("redis", "redis-cluster"):
         if witness:
             return url_opener(f"{address}?prefix=reliability:", witness=f"{address}?prefix=reliability-witness:")
         return url_opener(f"{address}?prefix=reliability:")
@@ -333,7 +333,13 @@ def test_races_local_long(backend: str, tmp_path: Path) -> None:
     _check(result)
 
 
-NETWORK = {"postgresql": "postgres_dsn", "redis": "redis_url", "s3": "moto_url", "gcs": "fake_gcs"}
+NETWORK = {
+    "postgresql": "postgres_dsn",
+    "redis": "redis_url",
+    "redis-cluster": "redis_cluster_url",
+    "s3": "moto_url",
+    "gcs": "fake_gcs",
+}
 
 
 def _network(backend: str, request: pytest.FixtureRequest) -> Opener:
@@ -362,7 +368,7 @@ def test_races_network_long(backend: str, request: pytest.FixtureRequest, tmp_pa
     _check(result)
 
 
-WITNESSED = {"postgresql": "postgres_dsn", "redis": "redis_url"}
+WITNESSED = {"postgresql": "postgres_dsn", "redis": "redis_url", "redis-cluster": "redis_cluster_url"}
 
 
 def _witnessed_races(backend: str, request: pytest.FixtureRequest, tmp_path: Path, keys: int, budget: float) -> None:

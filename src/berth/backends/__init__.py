@@ -216,6 +216,7 @@ ENTRY_POINT_GROUP = "berth.backends"
 
 _PG = Entry("berth.backends.postgres:PostgresBackend", "postgres", "berth.backends.postgres:AsyncPostgresBackend")
 _REDIS = Entry("berth.backends.redis:RedisBackend", "redis", "berth.backends.redis:AsyncRedisBackend")
+_CLUSTER = Entry("berth.backends.redis:RedisClusterBackend", "redis", "berth.backends.redis:AsyncRedisClusterBackend")
 _schemes: dict[str, Entry] = {  # alphabetical
     "file": Entry("berth.backends.file:FileBackend"),
     "gs": Entry("berth.backends.gcs:GcsBackend", "gcs"),
@@ -223,7 +224,9 @@ _schemes: dict[str, Entry] = {  # alphabetical
     "postgres": _PG,
     "postgresql": _PG,
     "redis": _REDIS,
+    "redis+cluster": _CLUSTER,
     "rediss": _REDIS,
+    "rediss+cluster": _CLUSTER,
     "s3": Entry("berth.backends.s3:S3Backend", "s3"),
     "sqlite": Entry("berth.backends.sqlite:SqliteBackend"),
 }

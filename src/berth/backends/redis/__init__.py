@@ -26,7 +26,7 @@ by both backends, no I/O), `_sync` (`RedisBackend` on redis-py, and the durabili
 
 from __future__ import annotations
 
-from berth.backends.redis._async import AsyncRedisBackend
-from berth.backends.redis._sync import DurabilityWarning, RedisBackend
+from berth.backends.redis._async import AsyncRedisBackend, AsyncRedisClusterBackend
+from berth.backends.redis._sync import DurabilityWarning, RedisBackend, RedisClusterBackend
 
-__all__ = ["AsyncRedisBackend", "DurabilityWarning", "RedisBackend"]
+__all__ = ["AsyncRedisBackend", "AsyncRedisClusterBackend", "DurabilityWarning", "RedisBackend", "RedisClusterBackend"]

@@ -15,7 +15,15 @@ from berth import _plan
 from berth._token import Token
 from berth.backends._aio import AsyncBackend
 from berth.backends._bulk import Data, Head, Ordering, sorted_names
-from berth.backends.redis._sync import RedisBackend, check_durability, pages_of, server_of
+from berth.backends.redis._slots import NodeRounds, Routed, asked_replies, cluster_url, node_commands, routed_plan
+from berth.backends.redis._sync import (
+    RedisBackend,
+    RedisClusterBackend,
+    check_cluster_durability,
+    check_durability,
+    pages_of,
+    server_of,
+)
 from berth.backends.redis._wire import (
     DELETE,
     ERRORS,
@@ -24,13 +32,14 @@ from berth.backends.redis._wire import (
     READ_RETRIES,
     RETRIED,
     SCAN_COUNT,
+    Pipelines,
     Write,
     client_args,
     command_of,
     queue,
 )
 
-__all__ = ["AsyncRedisBackend"]
+__all__ = ["AsyncRedisBackend", "AsyncRedisClusterBackend"]
 
 _ASYNC_HEADS = 128  # heads per pipelined read of the async backend
 
@@ -68,9 +77,9 @@ class AsyncRedisBackend(AsyncBackend):
         self.keys = sync.keys
         self.client = client
         self._timeout = call_timeout
-        pool = client.connection_pool
+        pool = getattr(client, "connection_pool", None)  # a cluster client has one per node
         # On berth's own pool the hot calls go straight to a pooled connection (`_call`);
-        # on any other (a client given by hand) through the client.
+        # on any other (a client given by hand, a cluster's) through the client.
         self._command = self._call if isinstance(pool, _pool_class()) else client.execute_command
         self._put_if_match = client.register_script(PUT_IF_MATCH)
         self._delete = client.register_script(DELETE)
@@ -138,7 +147,7 @@ class AsyncRedisBackend(AsyncBackend):
 
     async def _writes(self, writes: Sequence[Write], name: str) -> list[Any]:
         """RedisBackend._writes, on redis.asyncio."""
-        return await _plan.arun(self.keys.writes_plan(writes, name), {"io": self})
+        return await _plan.arun(self.keys.writes_plan(writes, name), {Pipelines: self})
 
     async def pipeline_round(self, writes: Sequence[Write], *, text: bool) -> list[Any]:
         """RedisBackend.pipeline_round, on redis.asyncio."""
@@ -185,13 +194,15 @@ class AsyncRedisBackend(AsyncBackend):
         deleted = await self._write(name, "delete", self._delete, key, expected)
         self.keys.deleted(name, token, deleted)
 
-    async def _batches(self, prefix: str) -> AsyncIterator[list[str]]:
-        match = self.keys.match(prefix)
+    def _batches(self, prefix: str) -> AsyncIterator[list[str]]:
+        return self._scanned(
+            functools.partial(self.client.scan, match=self.keys.match(prefix), count=SCAN_COUNT), prefix
+        )
+
+    async def _scanned(self, scan: Callable[[int], Any], prefix: str) -> AsyncIterator[list[str]]:
         cursor: int = 0
         while True:
-            cursor, keys = await self._read(
-                functools.partial(self.client.scan, cursor, match=match, count=SCAN_COUNT), "list", prefix
-            )
+            cursor, keys = await self._read(functools.partial(scan, cursor), "list", prefix)
             names = self.keys.ours(keys, prefix)
             if names:
                 yield names
@@ -271,3 +282,96 @@ class AsyncRedisBackend(AsyncBackend):
     async def aclose(self) -> None:
         await self.client.aclose()
         await asyncio.to_thread(self.sync.close)
+
+
+class AsyncRedisClusterBackend(AsyncRedisBackend):
+    """`RedisClusterBackend` awaited, on `redis.asyncio.cluster.RedisCluster`: the same keys, scripts,
+    routing and semantics (`berth.backends.redis._slots`).
+
+    Its client keeps up to `max_connections` (default 50) connections per node; a call that finds
+    none free fails at once (redis-py's `MaxConnectionsError`, a `BackendError` here).
+    """
+
+    sync: RedisClusterBackend
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> AsyncRedisClusterBackend:
+        import redis.asyncio.cluster
+        import redis.asyncio.retry
+        import redis.cluster
+
+        client_url, others = cluster_url(url)
+        sync_url, sync_options, own = client_args(client_url, dict(options))
+        check = own.pop("check_durability", True)
+        sync_node: Any = redis.cluster.ClusterNode
+        sync_options["startup_nodes"] = [sync_node(h, p) for h, p in others]
+        sync_client = redis.cluster.RedisCluster.from_url(sync_url, **sync_options)
+        sync = RedisClusterBackend(sync_client, check_durability=False, **own)
+        retry = redis.asyncio.retry.Retry(NoBackoff(), 0)
+        client_url, client_options, _ = client_args(client_url, dict(options), retry)
+        client_options["startup_nodes"] = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in others]
+        client_options.setdefault("max_connections", 50)
+        call_timeout = client_options.get("socket_timeout") or 10.0
+        client = redis.asyncio.cluster.RedisCluster.from_url(client_url, **client_options)
+        return cls(sync, client, check_durability=check, call_timeout=call_timeout)
+
+    def __repr__(self) -> str:
+        return "Async" + repr(self.sync)
+
+    async def _checked(self) -> None:
+        await self.client.initialize()  # the slot map, before routing by it (a no-op once loaded)
+        if self._check:
+            self._check = False
+            await asyncio.to_thread(check_cluster_durability, self.sync.client)
+
+    async def pipeline_round(self, writes: Sequence[Write], *, text: bool) -> list[Any]:
+        """`RedisClusterBackend.pipeline_round`, on redis.asyncio."""
+        plan = routed_plan(writes, text, bool(self.keys.replicas), self.client.get_node_from_key, self._node_at)
+        return await _plan.arun(plan, {NodeRounds: self})
+
+    def _node_at(self, host: str, port: int) -> Any:
+        return self.client.get_node(host=host, port=port)
+
+    async def node_round(self, node: Any, sends: Sequence[Routed], text: bool) -> list[Any]:
+        """`RedisClusterBackend.node_round`, on the node's own connection."""
+        from redis.asyncio.cluster import PipelineCommand
+
+        wait = self.keys.wait if self.keys.replicas else None
+        commands = [PipelineCommand(i, *command) for i, command in enumerate(node_commands(sends, text, wait))]
+        try:
+            await node.execute_pipeline(commands)
+        except RETRIED:
+            await self.refresh()
+            raise
+        replies = [command.result for command in commands]
+        if any(isinstance(reply, RETRIED) for reply in replies):
+            await self.refresh()
+        return asked_replies(sends, replies)
+
+    async def refresh(self) -> None:
+        """`NodeRounds.refresh`, awaited."""
+        await self.client.nodes_manager.initialize()
+
+    def _batches(self, prefix: str) -> AsyncIterator[list[str]]:
+        return self._every_primary(prefix)
+
+    async def _every_primary(self, prefix: str) -> AsyncIterator[list[str]]:
+        await self._checked()
+        match = self.keys.match(prefix)
+        for node in self.client.get_primaries():
+            scan = functools.partial(self._scan_node, node, match)
+            async for batch in self._scanned(scan, prefix):
+                yield batch
+
+    async def _scan_node(self, node: Any, match: str, cursor: int) -> Any:
+        cursor, keys = await self.client.execute_command(
+            "SCAN", cursor, "MATCH", match, "COUNT", SCAN_COUNT, target_nodes=node
+        )
+        return (cursor[node.name] if isinstance(cursor, dict) else cursor), keys  # redis-py's cursor: by node
+
+    async def get_many(self, names: Sequence[str]) -> list[tuple[Data, Token] | None]:
+        if not names:
+            return []
+        keys = [self.keys.frames + name for name in names]
+        raws = await self._read(lambda: self.client.mget_nonatomic(keys), "load", names[0])
+        return [self.keys.got(name, raw) for name, raw in zip(names, raws, strict=True)]

@@ -12,6 +12,7 @@ from itertools import islice
 from typing import Any
 
 import redis
+import redis.cluster
 import redis.exceptions
 
 from berth import _plan
@@ -19,6 +20,7 @@ from berth._errors import caller_level
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._bulk import Data, Head, ordered, sorted_names
+from berth.backends.redis._slots import NodeRounds, Routed, asked_replies, cluster_url, node_commands, routed_plan
 from berth.backends.redis._wire import (
     DELETE,
     ERRORS,
@@ -28,6 +30,7 @@ from berth.backends.redis._wire import (
     RETRIED,
     SCAN_COUNT,
     Keyspace,
+    Pipelines,
     Write,
     client_args,
     command_of,
@@ -35,7 +38,15 @@ from berth.backends.redis._wire import (
     queue,
 )
 
-__all__ = ["DurabilityWarning", "RedisBackend", "check_durability", "pages_of", "server_of"]
+__all__ = [
+    "DurabilityWarning",
+    "RedisBackend",
+    "RedisClusterBackend",
+    "check_cluster_durability",
+    "check_durability",
+    "pages_of",
+    "server_of",
+]
 
 log = logging.getLogger("berth")
 
@@ -126,6 +137,12 @@ def _durability_problems(client: redis.Redis) -> list[tuple[str, str]]:
     return problems
 
 
+def check_cluster_durability(client: Any) -> None:
+    """`check_durability` of every primary of the cluster (a warning names each server that can lose writes)."""
+    for node in client.get_primaries():
+        check_durability(client.get_redis_connection(node))
+
+
 def pages_of(keys: Iterator[str]) -> list[str]:
     """The next page of up to 1,000 keys (empty at the end)."""
     return list(islice(keys, SCAN_COUNT))
@@ -185,7 +202,7 @@ class RedisBackend(Backend):
 
     def _writes(self, writes: Sequence[Write], name: str) -> list[Any]:
         """The replies of `writes`, run on one pipeline (WAIT for the replicas after them when asked)."""
-        return _plan.run(self.keys.writes_plan(writes, name), {"io": self})
+        return _plan.run(self.keys.writes_plan(writes, name), {Pipelines: self})
 
     def pipeline_round(self, writes: Sequence[Write], *, text: bool) -> list[Any]:
         """One round trip of `Keyspace.writes_plan`: `writes` on a pipeline (by SHA, or by `text`), WAIT
@@ -266,13 +283,16 @@ class RedisBackend(Backend):
         self.keys.deleted(name, token, deleted)
 
     def _batches(self, prefix: str) -> Iterator[list[str]]:
+        return self._scanned(self.client, prefix)
+
+    def _scanned(self, server: redis.Redis, prefix: str) -> Iterator[list[str]]:
         # SCAN in batches: the server keeps no state between calls, so a slow
         # consumer holds nothing; a key present throughout is seen at least once.
         match = self.keys.match(prefix)
         cursor: int = 0
         while True:
             cursor, keys = self._read(
-                functools.partial(self.client.scan, cursor, match=match, count=SCAN_COUNT), "list", prefix
+                functools.partial(server.scan, cursor, match=match, count=SCAN_COUNT), "list", prefix
             )
             names = self.keys.ours(keys, prefix)
             if names:
@@ -379,3 +399,100 @@ class RedisBackend(Backend):
 
     def __repr__(self) -> str:
         return f"RedisBackend({server_of(self.client)}, prefix={self.prefix!r})"
+
+
+class RedisClusterBackend(RedisBackend):
+    """`RedisBackend` on a Redis Cluster (`redis+cluster://`): the same keys, scripts and semantics.
+
+    Every command goes to the primary of its key's slot (redis-py's `RedisCluster`, which follows
+    MOVED and ASK and never re-sends a command whose connection failed); what touches many keys
+    is split by slot (MGET) or by node (a pipeline of writes with its WAIT, a listing's reads);
+    a listing SCANs every primary. See `berth.backends.redis._slots`.
+    """
+
+    client: Any
+
+    def __init__(
+        self,
+        client: redis.cluster.RedisCluster,
+        *,
+        prefix: str = "berth:",
+        check_durability: bool = True,
+        wait_replicas: int = 0,
+        wait_timeout: int = 1000,
+    ):
+        super().__init__(
+            client,  # type: ignore[arg-type]
+            prefix=prefix,
+            check_durability=check_durability,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
+        )
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisClusterBackend:
+        """Open `redis+cluster://host:port[,host:port...]` (`rediss+cluster://` for TLS) with berth's
+        options (as `RedisBackend.from_url`); every host given is a startup node."""
+        client_url, others = cluster_url(url)
+        client_url, client_options, own = client_args(client_url, options)
+        node: Any = redis.cluster.ClusterNode
+        client_options["startup_nodes"] = [node(h, p) for h, p in others]
+        return cls(redis.cluster.RedisCluster.from_url(client_url, **client_options), **own)
+
+    def _check_durability(self) -> None:
+        check_cluster_durability(self.client)
+
+    # --- writes on a node's pipeline, routed by slot --------------------------------------
+
+    def pipeline_round(self, writes: Sequence[Write], *, text: bool) -> list[Any]:
+        """`RedisBackend.pipeline_round` over the cluster: `writes` on one pipeline per node, each
+        with its own WAIT (`routed_plan`)."""
+        plan = routed_plan(writes, text, bool(self.keys.replicas), self.client.get_node_from_key, self._node_at)
+        return _plan.run(plan, {NodeRounds: self})
+
+    def _node_at(self, host: str, port: int) -> Any:
+        return self.client.get_node(host=host, port=port)
+
+    def node_round(self, node: Any, sends: Sequence[Routed], text: bool) -> list[Any]:
+        """`NodeRounds.node_round` on `node`'s own client (one connection for the round and its WAIT)."""
+        pipe: Any = self.client.get_redis_connection(node).pipeline(transaction=False)
+        for command in node_commands(sends, text, self.keys.wait if self.keys.replicas else None):
+            pipe.execute_command(*command)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except RETRIED:
+            self.refresh()  # the node may be gone: the next call routes by a fresh map
+            raise
+        return asked_replies(sends, replies)
+
+    def refresh(self) -> None:
+        """`NodeRounds.refresh`: reload the slot map from the cluster."""
+        self.client.nodes_manager.initialize()
+
+    # --- reads over many keys ---------------------------------------------------------------
+
+    def _batches(self, prefix: str) -> Iterator[list[str]]:
+        # Every primary's keyspace, one after another: a frame lives on the primary of its slot.
+        for node in self.client.get_primaries():
+            yield from self._scanned(self.client.get_redis_connection(node), prefix)
+
+    def _read_heads(self, keys: list[str], size: int) -> list[Any]:
+        # On redis-py's cluster pipeline: split by node, MOVED and ASK followed (a key moved since the SCAN).
+        pipe: Any = self.client.pipeline(transaction=False)
+        end = size + GEN_DIGITS - 1
+        for key in keys:
+            pipe.execute_command("GETRANGE", key, 0, end)
+            pipe.execute_command("STRLEN", key)
+        return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+
+    def get_many(self, names: Sequence[str]) -> list[tuple[Data, Token] | None]:
+        """Every name's frame and generation (or None): one MGET per slot, pipelined per node."""
+        if not names:
+            return []
+        keys = [self.keys.frames + name for name in names]
+        raws = self._read(functools.partial(self.client.mget_nonatomic, keys), "load", names[0])
+        return [self.keys.got(name, raw) for name, raw in zip(names, raws, strict=True)]
+
+    def __repr__(self) -> str:
+        nodes = ",".join(node.name for node in self.client.get_primaries())
+        return f"RedisClusterBackend({nodes}, prefix={self.prefix!r})"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import redis
 import redis.exceptions
@@ -18,7 +18,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
-from berth._plan import Plan, call
+from berth._plan import Plan, role, step
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
 from berth.backends._bulk import Data, Head
@@ -34,6 +34,7 @@ __all__ = [
     "RETRIED",
     "SCAN_COUNT",
     "Keyspace",
+    "Pipelines",
     "Write",
     "client_args",
     "command_of",
@@ -112,6 +113,16 @@ def command_of(script: Any, key: str, args: tuple[Any, ...], *, text: bool = Fal
 
 Write = tuple[Any, str, tuple[Any, ...]]
 """A write on a pipeline: (registered Script, or None for SET; key; arguments)."""
+
+
+@role
+class Pipelines(Protocol):
+    """The role of `Keyspace.writes_plan`'s steps: a backend that sends writes on a pipeline."""
+
+    def pipeline_round(self, writes: Sequence[Write], *, text: bool) -> list[Any]:
+        """One round trip: `writes` on a pipeline (by SHA, or by `text`), WAIT after them when replicas
+        are asked for; every reply, an error as its exception (nothing raised)."""
+        ...
 
 
 def queue(pipe: Any, writes: Sequence[Write], text: bool, wait: tuple[int, int] | None) -> None:
@@ -230,15 +241,15 @@ class Keyspace:
 
     def writes_plan(self, writes: Sequence[Write], name: str) -> Plan[list[Any]]:
         """The replies of `writes` on one pipeline (WAIT for the replicas after them when asked), for
-        the sync and the async backend alike (a step per pipeline: `pipeline_round`).
+        the sync and the async backend alike (a step per pipeline: `Pipelines.pipeline_round`).
 
         Those answered NOSCRIPT did not run: they go again by their scripts' text, on a second
         pipeline (a SCRIPT FLUSH of another client can fall between two commands of a pipeline,
         so only those, never the whole pipeline again)."""
-        replies, acked = _settle((yield call("io", "pipeline_round", writes, text=False)), self.replicas)
+        replies, acked = _settle((yield from step(Pipelines.pipeline_round, writes, text=False)), self.replicas)
         again = [i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)]
         if again:
-            redone = yield call("io", "pipeline_round", [writes[i] for i in again], text=True)
+            redone = yield from step(Pipelines.pipeline_round, [writes[i] for i in again], text=True)
             redone, more = _settle(redone, self.replicas)
             for i, reply in zip(again, redone, strict=True):
                 replies[i] = reply
