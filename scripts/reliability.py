@@ -71,7 +71,8 @@ SCENARIOS = [
     "a2a",
     "mcp-rounds",
 ]
-NETWORK = ["postgresql", "redis", "s3", "gcs"]
+NETWORK = ["postgresql", "redis", "s3", "gcs", "dynamodb"]
+RACES_ONLY = {"dynamodb"}  # backends in the race trials only (no fault or hostile workload of theirs yet)
 UNRECORDED = "-"  # the commit of a row measured before rows named theirs (its run line above may name it)
 
 TITLES = {
@@ -159,15 +160,16 @@ def servers(wanted: list[str]) -> Iterator[dict[str, Any]]:
                 found["redis"] = url
             except Exception:
                 found["redis"] = None
-        if "s3" in wanted:
-            found["s3"] = None
+        aws = [b for b in ("s3", "dynamodb") if b in wanted]  # one moto server serves both
+        if aws:
+            found.update(dict.fromkeys(aws))
             if importlib.util.find_spec("moto") is not None:
                 port = free_port()
                 proc = subprocess.Popen(moto_command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 stack.callback(lambda: (proc.terminate(), proc.wait(10)))
                 url = f"http://127.0.0.1:{port}"
                 if wait_http(url + "/moto-api/", timeout=30):
-                    found["s3"] = url
+                    found.update(dict.fromkeys(aws, url))
                     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
                     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
         if "gcs" in wanted:
@@ -244,14 +246,14 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
                     test_races.gcs_opener(a) if b == "gcs" else test_races.network_opener(b, a),
                     work / f"races-work-{b}",
                     keys=n["races"],
-                    sweep_pause=2.0 if b in ("s3", "gcs") else 0.0,  # a sweep of an object store reads every head
+                    sweep_pause=2.0 if b in ("s3", "gcs", "dynamodb") else 0.0,  # a sweep reads every head
                     budget=3600,
                 ),
             )
     if "races-witness" in args.only:
         yield from _races_witness(n["races-witness"], work, local, network, addresses)
     if "faults" in args.only:
-        for backend in network:
+        for backend in [b for b in network if b not in RACES_ONLY]:
             address = addresses.get(backend)
             if not address or not _backend_present(backend):
                 yield "faults", backend, lambda: None
@@ -377,7 +379,7 @@ def _hostile(
         for b, o in test_races.local_openers(work / "hostile-foreign").items()
         if b in local
     }
-    for backend in network:
+    for backend in [b for b in network if b not in RACES_ONLY]:
         address = addresses.get(backend)
         if address and _backend_present(backend):
             opener = test_races.gcs_opener(address) if backend == "gcs" else test_races.network_opener(backend, address)

@@ -43,6 +43,7 @@ _SERVERS = {
     "redis": pytest.mark.redis,
     "s3": pytest.mark.s3,
     "gcs": pytest.mark.gcs,
+    "dynamodb": pytest.mark.dynamodb,
 }
 
 
@@ -87,16 +88,28 @@ def target(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.M
         bucket = f"berth-lg-{uuid.uuid4().hex[:16]}"
         fake.create_bucket(bucket)
         yield Target(f"gs://{bucket}/lg", {"endpoint": fake.url})
-    elif kind == "s3":  # a moto server, fake credentials, no shared config: nothing can reach AWS
+    elif kind in ("s3", "dynamodb"):  # a moto server, fake credentials, no shared config: nothing can reach AWS
         boto3 = require("boto3", "S3")
         for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
                             ("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config")),
                             ("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))):  # fmt: skip
             monkeypatch.setenv(name, value)
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        for name in (
+            "AWS_PROFILE",
+            "AWS_SESSION_TOKEN",
+            "AWS_ENDPOINT_URL",
+            "AWS_ENDPOINT_URL_S3",
+            "AWS_ENDPOINT_URL_DYNAMODB",
+        ):
             monkeypatch.delenv(name, raising=False)
         moto_url: str = request.getfixturevalue("moto_url")
         bucket = f"berth-lg-{uuid.uuid4().hex[:16]}"
+        if kind == "dynamodb":  # a fresh table, made as `berth setup` makes it
+            url = f"dynamodb://{bucket}?endpoint_url={moto_url}"
+            with berth.open_store(url, identity="setup", sealer=_sealer()) as store:
+                store.backend.setup()
+            yield Target(url)
+            return
         client = boto3.client("s3", endpoint_url=moto_url, region_name="us-east-1")
         client.create_bucket(Bucket=bucket)
         client.close()

@@ -15,7 +15,7 @@ from typing import Any
 import boto3  # type: ignore[import-untyped, unused-ignore]
 import botocore.session  # type: ignore[import-untyped, unused-ignore]
 
-__all__ = ["session"]
+__all__ = ["client", "session"]
 
 _loader: list[Any] = []
 _lock = threading.Lock()
@@ -34,3 +34,32 @@ def session(profile_name: str | None = None) -> Any:
         if not _loader:
             _loader.append(loader)
     return made
+
+
+def client(
+    service: str,
+    *,
+    profile_name: str | None,
+    region_name: str | None,
+    endpoint_url: str | None,
+    attempts: int,
+    connect_timeout: float,
+    read_timeout: float,
+    **config: Any,
+) -> Any:
+    """A boto3 client of `service` on a `session` (botocore `standard` retries, `attempts` in all).
+
+    The region: `region_name`, else the session's (`AWS_REGION`, `AWS_DEFAULT_REGION`, the
+    profile), else us-east-1; `config`: more `botocore.config.Config` options (S3's addressing).
+    """
+    from botocore.config import Config  # type: ignore[import-untyped, unused-ignore]
+
+    made = session(profile_name)
+    settings = Config(
+        region_name=region_name or made.region_name or "us-east-1",
+        retries={"mode": "standard", "total_max_attempts": max(1, attempts)},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        **config,
+    )
+    return made.client(service, endpoint_url=endpoint_url, config=settings)

@@ -4,7 +4,8 @@ It relays each request to a real upstream (moto, fake-gcs-server, the GCS
 fake) and can, once per queued fault, answer 429 or 503 instead, drop the connection
 before forwarding, or forward the request and then drop or 503 the response
 (the request took effect; the client never learns it). It counts the requests
-it relays, so a test can prove which calls a client retried.
+it relays, so a test can prove which calls a client retried. A request that names its operation
+in an `X-Amz-Target` header (DynamoDB's) is seen, and matched, as `{path}#{target}`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from urllib.parse import urlsplit
 
 __all__ = ["Fault", "FaultyProxy"]
 
-ACTIONS = ("429", "503", "slowdown", "reset", "503_after", "reset_after")
+ACTIONS = ("429", "503", "slowdown", "throttle", "reset", "503_after", "reset_after")
 
 
 @dataclass
@@ -93,13 +94,20 @@ class FaultyProxy:
             def _relay(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                action = proxy._take(self.command, self.path)
+                target = self.headers.get("X-Amz-Target")
+                action = proxy._take(self.command, f"{self.path}#{target}" if target else self.path)
                 if action == "reset":
                     self._drop()
                     return
                 if action == "slowdown":  # S3's throttle, with its XML error body
                     xml = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
                     self._answer(503, xml, [("Content-Type", "application/xml")])
+                    return
+                if action == "throttle":  # DynamoDB's, with its JSON error body
+                    kind = b"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException"
+                    body = b'{"__type":"' + kind + b'","message":"The level of configured provisioned throughput '
+                    body += b'for the table was exceeded."}'
+                    self._answer(400, body, [("Content-Type", "application/x-amz-json-1.0")])
                     return
                 if action in ("429", "503"):
                     self._answer(int(action), b"injected", [("Content-Type", "text/plain")])

@@ -278,6 +278,13 @@ def network_opener(backend: str, address: str, *, witness: bool = False) -> Open
         client.create_bucket(Bucket=bucket)
         client.close()
         return url_opener(f"s3://{bucket}/races", endpoint_url=address, region_name="us-east-1")
+    if backend == "dynamodb":
+        from berth.backends.dynamodb import DynamoDbBackend
+
+        table = DynamoDbBackend(f"reliability-{secrets.token_hex(8)}", endpoint_url=address, region_name="us-east-1")
+        table.setup()
+        table.close()
+        return url_opener(f"dynamodb://{table.table}", endpoint_url=address, region_name="us-east-1")
     raise ValueError(backend)
 
 
@@ -339,13 +346,14 @@ NETWORK = {
     "redis-cluster": "redis_cluster_url",
     "s3": "moto_url",
     "gcs": "fake_gcs",
+    "dynamodb": "moto_url",
 }
 
 
 def _network(backend: str, request: pytest.FixtureRequest) -> Opener:
     if backend == "gcs":
         return gcs_opener(request.getfixturevalue("fake_gcs"))
-    if backend == "s3":
+    if backend in ("s3", "dynamodb"):
         monkeypatch = request.getfixturevalue("monkeypatch")
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")  # moto takes any; nothing here reaches AWS
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
@@ -354,7 +362,7 @@ def _network(backend: str, request: pytest.FixtureRequest) -> Opener:
 
 @pytest.mark.parametrize("backend", list(NETWORK))
 def test_races_network(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    keys = 40 if backend == "gcs" else 100  # the GCS fake serves every process from this one
+    keys = 40 if backend in ("gcs", "dynamodb") else 100  # the GCS fake serves every process; moto DynamoDB is slow
     result = run_races(backend, _network(backend, request), tmp_path / "work", keys=keys, budget=120)
     assert result.trials == keys
     _check(result)
