@@ -79,6 +79,11 @@ class TestDynamoDbContract(StoreContract):
     def backend_opener(self, moto_url: str, table: str):
         return functools.partial(DynamoDbBackend.from_url, f"dynamodb://{table}", endpoint_url=moto_url)
 
+    @pytest.mark.slow
+    def test_list_many(self, store: berth.Store) -> None:
+        """1,200 writes: minutes on moto, so behind `-m slow`; paging is tested by the paged-query case below."""
+        super().test_list_many(store)
+
 
 @pytest.mark.slow
 class TestDynamoDbAsyncContract(AsyncStoreContract, TestDynamoDbContract):
