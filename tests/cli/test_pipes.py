@@ -5,14 +5,17 @@ characters), and `--question` takes such a prefix, refusing an unknown one by na
 from __future__ import annotations
 
 import json
+import sqlite3
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import berth
 from berth._cli._output import SHORT_ID, short_ids
-from tests.test_cli import fails, ok, park
+from tests.test_cli import fails, ok, park, run
 
 
 def test_a_piped_ls_is_one_tab_separated_line_per_row_however_narrow_the_terminal(store: berth.Store) -> None:
@@ -79,3 +82,53 @@ def test_answer_takes_a_unique_prefix_and_names_an_unknown_one(
     assert json.loads(done.stdout)["question_id"] == q.id
     answer = questions.answer("k")
     assert answer is not None and answer.question_id == q.id and answer.text == "yes"
+
+
+def _failing_after(monkeypatch: pytest.MonkeyPatch, rows: int, error: BaseException) -> Any:
+    """The real SQLite listing, with a fault injected once `rows` rows came through; the real one."""
+    from berth.backends.sqlite import SqliteBackend
+
+    real = SqliteBackend.sorted_heads
+
+    def sorted_heads(self: SqliteBackend, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        for n, row in enumerate(real(self, *args, **kwargs)):
+            if n == rows:
+                raise error
+            yield row
+
+    monkeypatch.setattr(SqliteBackend, "sorted_heads", sorted_heads)
+    return real
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "outcome"),
+    [(sqlite3.OperationalError("disk I/O error"), 1, "refused"), (KeyboardInterrupt(), 130, "aborted")],
+    ids=["backend-fails", "ctrl-c"],
+)
+def test_ls_json_failing_midway_is_still_one_json_document(
+    store: berth.Store, monkeypatch: pytest.MonkeyPatch, error: BaseException, code: int, outcome: str
+) -> None:
+    for n in range(5):
+        park(store, f"k{n}")
+    real = _failing_after(monkeypatch, 3, error)
+    result = run("ls", "--json")
+    assert result.exit_code == code
+    doc = json.loads(result.stdout)  # one valid document: the array, the failure its last element
+    assert [item["key"] for item in doc[:-1]] == ["k0", "k1", "k2"]
+    assert doc[-1]["ok"] is False and doc[-1]["error"] == outcome and doc[-1]["exit_code"] == code
+    lines = run("ls", "--jsonl").stdout.splitlines()  # streamed a line at a time, the failure the last line
+    assert [json.loads(line).get("key") for line in lines[:-1]] == ["k0", "k1", "k2"]
+    assert json.loads(lines[-1])["error"] == outcome
+    from berth.backends.sqlite import SqliteBackend
+
+    monkeypatch.setattr(SqliteBackend, "sorted_heads", real)
+    assert [item["key"] for item in json.loads(ok("ls", "--json").stdout)] == [f"k{n}" for n in range(5)]
+
+
+def test_ls_json_failing_before_its_first_element_is_the_failure_object(
+    store: berth.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    park(store, "k0")
+    _failing_after(monkeypatch, 0, sqlite3.OperationalError("disk I/O error"))
+    doc = json.loads(run("ls", "--json").stdout)
+    assert doc["ok"] is False and doc["error"] == "refused"

@@ -19,6 +19,7 @@ from berth._cli._failures import (
     UNAVAILABLE,
     USAGE,
     Failure,
+    OpenArray,
     PipeClosed,
     log_to_stderr,
     one_line,
@@ -168,6 +169,7 @@ class Group(click.Group):
     ) -> Any:
         """Run the command line; exits with a code of docs/cli.md's table unless `standalone_mode=False`."""
         settings = extra.pop("obj", None) or Settings()
+        OpenArray.open = False
         argv = list(sys.argv[1:] if args is None else args)
         # asked for JSON: every outcome is a JSON document on stdout, a failure too (see _run)
         settings.json_out = bool({"--json", "--jsonl"} & set(argv[: argv.index("--") if "--" in argv else None]))
@@ -235,7 +237,7 @@ def _run(settings: Settings, fn: Callable[[], Any]) -> int:
             traceback.print_exc()
         line = one_line(message)
         click.echo(f"{settings.command}: {line}", err=True)
-        if settings.json_out and not reported:
+        if (settings.json_out and not reported) or OpenArray.open:
             _json_failure(settings, line, code)
         return code
 
@@ -283,8 +285,10 @@ _OUTCOMES = {REFUSED: "refused", USAGE: "usage", NOT_FOUND: "not_found", UNAVAIL
 def _json_failure(settings: Settings, message: str, code: int) -> None:
     """The failure as one JSON object on stdout, for a command run with `--json` or `--jsonl`.
 
-    stdout may already hold part of a streamed document (`ls --json` failing midway): the object
-    starts on a line of its own, so a reader of `--jsonl` still gets whole lines.
+    stdout may already hold part of a streamed document. `ls --json` failing midway left its array
+    open (`OpenArray`): the object is its last element and closes it, so stdout is one valid JSON
+    document. Otherwise the object starts on a line of its own, so a reader of `--jsonl` still gets
+    whole lines (the last one the failure).
     """
     import json
 
@@ -297,6 +301,10 @@ def _json_failure(settings: Settings, message: str, code: int) -> None:
         "identity": settings.who,
         "key": settings.key,
     }
+    if OpenArray.open:
+        OpenArray.open = False
+        click.echo("  " + json.dumps(doc, indent=2).replace("\n", "\n  ") + "\n]")
+        return
     click.echo(json.dumps(doc))
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "USAGE",
     "Failure",
     "NOT_FOUND",
+    "OpenArray",
     "UNAVAILABLE",
     "PipeClosed",
     "bad_usage",
@@ -51,6 +52,16 @@ _UNREACHABLE = {
     ("google.auth.exceptions", "TransportError"),
     ("google.api_core.exceptions", "ServiceUnavailable"),
 }
+
+
+class OpenArray:
+    """Whether stdout holds a JSON array begun and not closed: `ls --json` failing midway.
+
+    The failure's JSON object is then written as the array's last element, and the array closed,
+    so stdout stays one valid JSON document (docs/cli.md, Output).
+    """
+
+    open = False
 
 
 class PipeClosed(Exception):

@@ -20,7 +20,7 @@ import click
 import orjson
 
 import berth
-from berth._cli._failures import terminal_columns
+from berth._cli._failures import OpenArray, PipeClosed, terminal_columns
 from berth._format import deadline_text, is_expired, labels_text, size_text, span
 from berth._text import json_terminal_safe, terminal_safe
 
@@ -147,9 +147,18 @@ def emit_json_stream(docs: Iterable[Any]) -> None:
     """`docs` as one JSON array, streamed: the very text `emit_json(list(docs))` writes, in flat memory."""
     out = Lines()
     held = None  # each element is written once the next shows whether it takes a comma
-    for doc in docs:
-        out.add("[" if held is None else held + ",")
-        held = "  " + json_text(doc).replace("\n", "\n  ")  # JSON strings hold no raw newline: only layout moves
+    try:
+        for doc in docs:
+            out.add("[" if held is None else held + ",")
+            held = "  " + json_text(doc).replace("\n", "\n  ")  # JSON strings hold no raw newline: only layout moves
+    except (BrokenPipeError, PipeClosed):
+        raise
+    except BaseException:  # a failure (or Ctrl-C) midway: its JSON object follows as the last element
+        if held is not None:
+            out.add(held + ",")
+            out.flush()
+            OpenArray.open = True
+        raise
     if held is None:
         out.add("[]")
     else:
@@ -159,10 +168,17 @@ def emit_json_stream(docs: Iterable[Any]) -> None:
 
 
 def emit_jsonl_stream(docs: Iterable[Any]) -> None:
-    """Each of `docs` as one JSON object on one line of stdout, batched."""
+    """Each of `docs` as one JSON object on one line of stdout, batched; a failure midway writes
+    out the lines before it first (the failure's object is then the last line)."""
     out = Lines()
-    for doc in docs:
-        out.add(json_text(doc, indent=None))
+    try:
+        for doc in docs:
+            out.add(json_text(doc, indent=None))
+    except (BrokenPipeError, PipeClosed):
+        raise
+    except BaseException:
+        out.flush()
+        raise
     out.flush()
 
 
