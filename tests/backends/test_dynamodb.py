@@ -15,6 +15,8 @@ import pytest
 import berth
 from berth._errors import StoreMissing
 from berth.testing import AsyncStoreContract, StoreContract, make_envelope
+from tests.backends._aws import isolate_aws
+from tests.backends._conditional import check_conditional_puts
 from tests.conftest import closing_what_it_opens, require
 from tests.fakes.proxy import FaultyProxy
 
@@ -27,13 +29,7 @@ pytestmark = pytest.mark.dynamodb
 @pytest.fixture(autouse=True)
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Fake credentials, no shared config: nothing here can reach AWS."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_DYNAMODB", raising=False)
+    isolate_aws(monkeypatch, tmp_path)
 
 
 _clients: list[Any] = []
@@ -161,17 +157,7 @@ def test_one_item_per_frame_keyed_by_identity_and_key(backend: DynamoDbBackend, 
 
 
 def test_conditional_puts(backend: DynamoDbBackend) -> None:
-    token = backend.put("i/k", b"1", if_absent=True)
-    with pytest.raises(berth.TokenMismatch):
-        backend.put("i/k", b"2", if_absent=True)
-    newer = backend.put("i/k", b"2", if_match=token)
-    with pytest.raises(berth.TokenMismatch):
-        backend.put("i/k", b"3", if_match=token)
-    with pytest.raises(berth.TokenMismatch):
-        backend.put("i/gone", b"3", if_match=token)
-    with pytest.raises(berth.TokenMismatch):
-        backend.put("i/k", b"3", if_match=berth.Token(7))
-    assert backend.get("i/k") == (b"2", newer)
+    check_conditional_puts(backend, foreign_token=berth.Token(7))
 
 
 def test_names_that_are_not_identity_slash_key_are_refused_before_io(backend: DynamoDbBackend) -> None:

@@ -25,6 +25,7 @@ import pytest
 
 import berth
 from berth.testing import AsyncStoreContract, StoreContract, make_envelope
+from tests.backends._conditional import check_conditional_puts
 from tests.conftest import closing_what_it_opens, require
 from tests.fakes.gcs import FakeGcs
 from tests.fakes.proxy import FaultyProxy
@@ -156,16 +157,7 @@ def test_every_write_is_a_new_generation(fake: FakeGcs, bucket: str) -> None:
 
 
 def test_conditional_puts(fake: FakeGcs, bucket: str) -> None:
-    backend = GcsBackend.from_url(f"gs://{bucket}", endpoint=fake.url)
-    token = backend.put("i/k", b"1", if_absent=True)
-    with pytest.raises(berth.TokenMismatch):
-        backend.put("i/k", b"2", if_absent=True)
-    newer = backend.put("i/k", b"2", if_match=token)
-    with pytest.raises(berth.TokenMismatch):
-        backend.put("i/k", b"3", if_match=token)
-    with pytest.raises(berth.TokenMismatch):
-        backend.put("i/gone", b"3", if_match=token)
-    assert backend.get("i/k") == (b"2", newer)
+    check_conditional_puts(GcsBackend.from_url(f"gs://{bucket}", endpoint=fake.url))
 
 
 def test_missing_bucket_is_a_backend_error_not_a_lost_claim(fake: FakeGcs) -> None:

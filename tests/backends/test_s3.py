@@ -18,6 +18,8 @@ import berth
 from berth.testing import AsyncStoreContract, StoreContract, make_envelope
 from tests._moto import moto_command
 from tests._net import free_port, wait_http
+from tests.backends._aws import isolate_aws
+from tests.backends._conditional import check_conditional_puts
 from tests.conftest import closing_what_it_opens, require, unavailable
 from tests.fakes.proxy import FaultyProxy
 
@@ -30,19 +32,7 @@ pytestmark = pytest.mark.s3
 @pytest.fixture(autouse=True)
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Fake credentials, no shared config: nothing here can reach AWS."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    for name in (
-        "AWS_PROFILE",
-        "AWS_SESSION_TOKEN",
-        "AWS_REGION",
-        "AWS_DEFAULT_REGION",
-        "AWS_ENDPOINT_URL",
-        "AWS_ENDPOINT_URL_S3",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    isolate_aws(monkeypatch, tmp_path)
 
 
 _clients: list[Any] = []
@@ -148,18 +138,7 @@ def test_identical_bytes_get_a_fresh_etag_and_read_back_exactly(moto_url: str, b
 
 
 def test_conditional_puts(moto_url: str, bucket: str) -> None:
-    backend = S3Backend.from_url(f"s3://{bucket}", endpoint_url=moto_url)
-    token = backend.put("i/k", b"1", if_absent=True)
-    with pytest.raises(berth.TokenMismatch):
-        backend.put("i/k", b"2", if_absent=True)
-    newer = backend.put("i/k", b"2", if_match=token)
-    with pytest.raises(berth.TokenMismatch):
-        backend.put("i/k", b"3", if_match=token)
-    with pytest.raises(berth.TokenMismatch):
-        backend.put("i/gone", b"3", if_match=token)
-    with pytest.raises(berth.TokenMismatch):
-        backend.put("i/k", b"3", if_match=berth.Token(7))
-    assert backend.get("i/k") == (b"2", newer)
+    check_conditional_puts(S3Backend.from_url(f"s3://{bucket}", endpoint_url=moto_url), foreign_token=berth.Token(7))
 
 
 def test_object_written_by_another_tool_is_read_verbatim(moto_url: str, bucket: str, raw: Any) -> None:
