@@ -163,7 +163,7 @@ def langgraph_postgres_variants(dsn: str, messages: list[dict[str, Any]], only: 
 
 # --- one group per backend ----------------------------------------------------------------
 
-BACKENDS = ("file", "sqlite", "postgres", "redis", "s3", "gcs")
+BACKENDS = ("file", "sqlite", "postgres", "redis", "s3", "gcs", "dynamodb")
 BUCKET = "berth-bench"
 
 
@@ -171,13 +171,13 @@ def backend_available(backend: str, ctx: dict[str, Any]) -> str | None:
     """None if the backend can be benchmarked here, else why not."""
     import importlib
 
-    module = {"postgres": "postgres", "redis": "redis", "s3": "s3", "gcs": "gcs"}.get(backend)
+    module = {"postgres": "postgres", "redis": "redis", "s3": "s3", "gcs": "gcs", "dynamodb": "dynamodb"}.get(backend)
     if module:
         try:
             importlib.import_module(f"berth.backends.{module}")
         except ImportError as exc:
             return f"berth.backends.{module} does not import yet ({exc})"
-        server = {"postgres": "postgres", "redis": "redis", "s3": "moto", "gcs": "gcs"}[backend]
+        server = {"postgres": "postgres", "redis": "redis", "s3": "moto", "gcs": "gcs", "dynamodb": "moto"}[backend]
         if not ctx.get(server):
             return f"no {server} server ({ctx.get('skipped', {}).get(server, 'not started')})"
     return None
@@ -197,12 +197,14 @@ def berth_url(backend: str, ctx: dict[str, Any], tag: str) -> tuple[str, dict[st
         return f"s3://{BUCKET}/berth-{tag}", {"endpoint_url": ctx["moto"]}
     if backend == "gcs":
         return f"gs://{BUCKET}/berth-{tag}", {}
+    if backend == "dynamodb":  # one table, as all groups share one Redis database
+        return f"dynamodb://{BUCKET}?endpoint_url={ctx['moto']}&region=us-east-1", {}
     raise ValueError(backend)
 
 
 def make_floor(backend: str, ctx: dict[str, Any], tag: str) -> Any:
     """The raw-client floor of `backend`, on the same database, directory, server or bucket as berth."""
-    from _floors import FileFloor, GcsFloor, PostgresFloor, RedisFloor, S3Floor, SqliteFloor
+    from _floors import DynamoDbFloor, FileFloor, GcsFloor, PostgresFloor, RedisFloor, S3Floor, SqliteFloor
 
     if backend == "file":
         return FileFloor(f"{ctx['dir']}/floor-{tag}")
@@ -216,6 +218,8 @@ def make_floor(backend: str, ctx: dict[str, Any], tag: str) -> Any:
         return S3Floor(ctx["moto"], BUCKET, prefix=f"floor-{tag}")
     if backend == "gcs":
         return GcsFloor(BUCKET, prefix=f"floor-{tag}")
+    if backend == "dynamodb":
+        return DynamoDbFloor(ctx["moto"], BUCKET, prefix=f"floor-{tag}")
     raise ValueError(backend)
 
 
@@ -243,6 +247,11 @@ def prepare(ctx: dict[str, Any]) -> None:
         except client.exceptions.BucketAlreadyOwnedByYou:
             pass
         client.close()
+        from berth.backends.dynamodb import DynamoDbBackend
+
+        table = DynamoDbBackend(BUCKET, endpoint_url=ctx["moto"], region_name="us-east-1")
+        table.setup()  # as `berth setup` makes it; the floor shares the table
+        table.close()
     if ctx.get("gcs"):
         from google.api_core.exceptions import Conflict
         from google.auth.credentials import AnonymousCredentials

@@ -324,6 +324,49 @@ class S3Floor(_Sealed):
         self.client.close()
 
 
+# --- DynamoDB -----------------------------------------------------------------------------
+
+
+class DynamoDbFloor(_Sealed):
+    """boto3: put_item with a fresh version, get_item (consistent), delete_item on condition of the version."""
+
+    def __init__(self, endpoint: str, table: str, prefix: str = "floor"):
+        import boto3
+
+        super().__init__()
+        self.client = boto3.client("dynamodb", endpoint_url=endpoint, region_name="us-east-1")
+        self.table, self.prefix = table, prefix
+
+    def _key(self, name: str) -> dict[str, Any]:
+        return {"pk": {"S": self.prefix}, "sk": {"S": name}}
+
+    def save(self, name: str, obj: Any) -> str:
+        version = secrets.token_hex(16)
+        item = {**self._key(name), "ver": {"S": version}, "body": {"B": self.seal(name, obj)}}
+        self.client.put_item(TableName=self.table, Item=item)
+        return version
+
+    def load(self, name: str) -> tuple[Any, str] | None:
+        item = self.client.get_item(TableName=self.table, Key=self._key(name), ConsistentRead=True).get("Item")
+        return None if item is None else (self.open(name, item["body"]["B"]), str(item["ver"]["S"]))
+
+    def delete(self, name: str, version: str) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.delete_item(
+                TableName=self.table,
+                Key=self._key(name),
+                ConditionExpression="ver = :v",
+                ExpressionAttributeValues={":v": {"S": version}},
+            )
+        except ClientError as exc:
+            raise Conflict(name) from exc
+
+    def close(self) -> None:
+        self.client.close()
+
+
 # --- GCS ----------------------------------------------------------------------------------
 
 

@@ -192,7 +192,7 @@ def main() -> None:
         if {"postgres"} & set(wanted) or only & {"listing", "contention", "resume", "savers", "aio"}:
             need = {"postgres"}
         need |= {"redis"} if "redis" in wanted else set()
-        need |= {"moto"} if "s3" in wanted else set()
+        need |= {"moto"} if {"s3", "dynamodb"} & set(wanted) else set()
         need |= {"gcs"} if "gcs" in wanted else set()
         if "postgres" in need:
             try:
