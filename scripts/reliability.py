@@ -71,8 +71,8 @@ SCENARIOS = [
     "a2a",
     "mcp-rounds",
 ]
-NETWORK = ["postgresql", "redis", "s3", "gcs", "dynamodb"]
-RACES_ONLY = {"dynamodb"}  # backends in the race trials only (no fault or hostile workload of theirs yet)
+NETWORK = ["postgresql", "redis", "s3", "gcs", "dynamodb", "redis-cluster"]
+RACES_ONLY = {"dynamodb", "redis-cluster"}  # backends in the race trials only (no fault or hostile workload of theirs yet)
 UNRECORDED = "-"  # the commit of a row measured before rows named theirs (its run line above may name it)
 
 TITLES = {
@@ -160,6 +160,17 @@ def servers(wanted: list[str]) -> Iterator[dict[str, Any]]:
                 found["redis"] = url
             except Exception:
                 found["redis"] = None
+        if "redis-cluster" in wanted:  # BERTH_TEST_REDIS_CLUSTER, or three primaries started for the run
+            found["redis-cluster"] = os.environ.get("BERTH_TEST_REDIS_CLUSTER")
+            if not found["redis-cluster"]:
+                from tests._redis_cluster import LocalCluster
+
+                cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="berth-reliability-cluster-")))
+                try:
+                    found["redis-cluster"] = cluster.start().url
+                    stack.callback(cluster.stop)
+                except RuntimeError:
+                    found["redis-cluster"] = None
         aws = [b for b in ("s3", "dynamodb") if b in wanted]  # one moto server serves both
         if aws:
             found.update(dict.fromkeys(aws))
@@ -183,7 +194,7 @@ def servers(wanted: list[str]) -> Iterator[dict[str, Any]]:
 
 
 def _backend_present(name: str) -> bool:
-    module = {"postgresql": "postgres"}.get(name, name)
+    module = {"postgresql": "postgres", "redis-cluster": "redis"}.get(name, name)
     return importlib.util.find_spec(f"berth.backends.{module}") is not None
 
 
@@ -337,7 +348,7 @@ def _a2a_updates(backend: str, url: str, updates: int) -> Result:
 def _races_witness(
     keys: int, work: Path, local: list[str], network: list[str], addresses: dict[str, Any]
 ) -> Iterator[tuple[str, str, Callable[[], Any]]]:
-    """The races with a witness beside each store: local backends, PostgreSQL and Redis."""
+    """The races with a witness beside each store: local backends, PostgreSQL and Redis (one server, a cluster)."""
     for backend in local:
         opener = test_races.local_openers(work / f"races-witness-{backend}", witness=True)[backend]
         yield (
@@ -347,7 +358,7 @@ def _races_witness(
                 b, o, work / f"races-witness-work-{b}", keys=keys, processes=b != "memory", budget=1800, witness=True
             ),
         )
-    for backend in [b for b in network if b in ("postgresql", "redis")]:
+    for backend in [b for b in network if b in ("postgresql", "redis", "redis-cluster")]:
         address = addresses.get(backend)
         if not address or not _backend_present(backend):
             yield "races-witness", backend, lambda: None

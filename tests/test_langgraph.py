@@ -41,6 +41,7 @@ def _sealer() -> berth.Sealer:
 _SERVERS = {
     "postgresql": pytest.mark.postgres,
     "redis": pytest.mark.redis,
+    "redis-cluster": pytest.mark.redis,
     "s3": pytest.mark.s3,
     "gcs": pytest.mark.gcs,
     "dynamodb": pytest.mark.dynamodb,
@@ -73,7 +74,7 @@ CASES = [
 
 @pytest.fixture
 def target(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
-    """Each of the seven backends, with a namespace of its own on the shared servers."""
+    """Each backend (Redis twice: one server, and a cluster), with a namespace of its own on the shared servers."""
     kind = request.param
     if kind == "memory":
         yield Target(f"memory://langgraph-{uuid.uuid4().hex}")
@@ -121,6 +122,18 @@ def target(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.M
         psycopg = require("psycopg", "PostgreSQL")
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    elif kind == "redis-cluster":  # the session's three-node cluster: frames spread over every primary
+        cluster_url: str = request.getfixturevalue("redis_cluster_url")
+        prefix = f"berth-lg-{uuid.uuid4().hex[:12]}:"
+        yield Target(f"{cluster_url}?prefix={prefix}&check_durability=false")
+        from berth.backends.redis import RedisClusterBackend
+
+        backend = RedisClusterBackend.from_url(cluster_url, prefix=prefix, check_durability=False)
+        for node in backend.client.get_primaries():
+            server = backend.client.get_redis_connection(node)
+            for key in server.scan_iter(match=f"{prefix}*"):
+                server.unlink(key)
+        backend.close()
     else:
         redis_url: str = request.getfixturevalue("redis_url")
         prefix = f"berth-lg-{uuid.uuid4().hex[:12]}:"
