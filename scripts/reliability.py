@@ -72,7 +72,7 @@ SCENARIOS = [
     "mcp-rounds",
 ]
 NETWORK = ["postgresql", "redis", "s3", "gcs", "dynamodb", "redis-cluster"]
-RACES_ONLY = {"dynamodb", "redis-cluster"}  # backends in the race trials only (no fault or hostile workload of theirs yet)
+RACES_ONLY = {"dynamodb", "redis-cluster"}  # in the race trials only (no fault or hostile workload of theirs yet)
 UNRECORDED = "-"  # the commit of a row measured before rows named theirs (its run line above may name it)
 
 TITLES = {
