@@ -27,6 +27,7 @@ ADDED_NAMES = {
     # berth's additions where DESIGN.md is silent (docs/store.md says why).
     "AnswerRefused", "Backend", "PlaintextWarning", "aio", "QuestionStore", "ResealReport", "Sealer",
     "Decision", "InvalidAnswer", "ToolRequest",
+    "SaveItem", "SaveResult",  # save_many (docs/store.md)
     "Webhook", "verify_webhook",  # notifications (docs/notifications.md)
 }  # fmt: skip
 

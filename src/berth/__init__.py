@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from berth import aio, kms
     from berth._aesgcm import AesGcmSealer, Keyring
     from berth._answers import frame_answer
+    from berth._batch import SaveItem, SaveResult
     from berth._checkpoint import load_checkpoint, save_checkpoint
     from berth._checkpoint_store import checkpoint_store
     from berth._config import sealer_from_env
@@ -113,6 +114,8 @@ __all__ = [
     "Question",
     "QuestionStore",
     "ResealReport",
+    "SaveItem",
+    "SaveResult",
     "Sealer",
     "Store",
     "Token",

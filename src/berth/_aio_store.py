@@ -13,10 +13,11 @@ rows, however large the backend's pages.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from berth._batch import SaveItem, SaveResult, checked
 from berth._core import (
     DEFAULT_MAX_ENVELOPE_BYTES,
     Listing,
@@ -179,6 +180,17 @@ class AsyncStore:
         core.name(key)
         core.check_condition(key, if_absent, if_match)
         return await arun(self.frames.save(key, envelope, if_absent, if_match), self._io)
+
+    async def save_many(self, items: Iterable[SaveItem | tuple[str, Envelope]]) -> list[SaveResult]:
+        """`save` of many envelopes at once, each item's outcome reported, as `Store.save_many`.
+
+        A chunk's frames are sealed off the event loop when they are large together (as one large
+        state's are).
+        """
+        batch = checked(self._core, items)
+        if not batch:
+            return []
+        return await arun(self.frames.save_many(batch), self._io)
 
     async def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
         """Open the envelope parked under `key`, as `Store.load`."""

@@ -261,6 +261,8 @@ class StoreCore:
     """Bytes read per frame when listing; a longer header is read again, alone."""
     delete_batch = _DELETE_BATCH
     """Frames per `delete_many` call of `delete_prefix`."""
+    save_batch = 500
+    """Items per `put_many` call of `save_many` (a chunk: SQLite's and PostgreSQL's transaction, Redis's pipeline)."""
 
     def __init__(
         self,
@@ -303,6 +305,13 @@ class StoreCore:
     def reraise(self, exc: Exception, key: str, what: str) -> NoReturn:
         """Raise what a failure of `what` at `key` becomes: a berth error naming this identity and `key`."""
         _reraise(exc, self.identity, key, what)
+
+    def error(self, exc: BerthError, key: str, what: str) -> BerthError:
+        """What a failure of `what` at `key` becomes when it is reported, not raised (`save_many`'s outcomes)."""
+        err = _translate(exc, self.identity, key, what)
+        if err is not exc:
+            err.__cause__ = exc
+        return err  # type: ignore[return-value]  # a berth error stays one (of its own class)
 
     @staticmethod
     def listing(key: str, header: Header | Unreadable, token: Token, size: int) -> Listing:

@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
+from berth._batch import SaveItem, SaveResult, built, chunks, outcomes
 from berth._core import Parked, StoreCore
 from berth._errors import BerthError, TokenMismatch
 from berth._plan import Plan, cpu, role, run, step
 from berth._token import Token
-from berth.backends import Data
+from berth.backends import Data, Put
 
 if TYPE_CHECKING:
     from berth._envelope import Envelope
@@ -46,6 +47,10 @@ class FrameIO(Protocol):
 
     def frame_delete(self, name: str, token: Token) -> None:
         """The store backend's `delete`."""
+        ...
+
+    def frame_put_many(self, items: Sequence[Put]) -> list[Token | TokenMismatch]:
+        """The store backend's `put_many`."""
         ...
 
     def frame_get_many(self, names: Sequence[str]) -> Sequence[tuple[Data, Token] | None]:
@@ -95,6 +100,9 @@ class SyncIO:
 
     def frame_delete(self, name: str, token: Token) -> Any:
         return self._frames.delete(name, token)
+
+    def frame_put_many(self, items: Sequence[Put]) -> Any:
+        return self._frames.put_many(items)
 
     def frame_get_many(self, names: Sequence[str]) -> Any:
         return self._frames.get_many(names)
@@ -147,6 +155,19 @@ class PlainFrames:
             return (yield from step(FrameIO.frame_put, core.name(key), frame, if_match=if_match, if_absent=if_absent))
         except Exception as exc:
             core.reraise(exc, key, "save")
+
+    def save_many(self, items: Sequence[SaveItem]) -> Plan[list[SaveResult]]:
+        """Checked items (`berth._batch.checked`) a chunk at a time: its frames sealed, one `put_many`."""
+        core = self.core
+        out: list[SaveResult] = []
+        for chunk, size in chunks(core, items):
+            frames, puts = yield from cpu(size, built, core, chunk)
+            try:
+                written = (yield from step(FrameIO.frame_put_many, puts)) if puts else []
+            except Exception as exc:
+                core.reraise(exc, core.many([item.key for item in chunk]), "save")
+            out += outcomes(core, chunk, frames, written)
+        return out
 
     def load(self, key: str, allow_expired: bool) -> Plan[Parked | None]:
         core = self.core

@@ -17,6 +17,7 @@ __all__ = ["EXPORTS", "publish"]
 EXPORTS: dict[str, tuple[str, ...]] = {
     "berth._aesgcm": ("AesGcmSealer", "Keyring"),
     "berth._answers": ("frame_answer",),
+    "berth._batch": ("SaveItem", "SaveResult"),
     "berth._checkpoint": ("load_checkpoint", "save_checkpoint"),
     "berth._checkpoint_store": ("checkpoint_store",),
     "berth._config": ("sealer_from_env",),

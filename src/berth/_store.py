@@ -9,10 +9,11 @@ enumerations stream the backend's headers and run a plan per row. `berth.aio.Asy
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+from berth._batch import SaveItem, SaveResult, checked
 from berth._codec import Header
 from berth._core import (
     DEFAULT_MAX_ENVELOPE_BYTES,
@@ -179,6 +180,40 @@ class Store:
         self.core.name(key)
         self.core.check_condition(key, if_absent, if_match)
         return self._hot.save(key, envelope, if_absent, if_match)
+
+    def save_many(self, items: Iterable[SaveItem | tuple[str, Envelope]]) -> list[SaveResult]:
+        """`save` of many envelopes at once: one transaction or round trip per 500 where the backend
+        can (SQLite, PostgreSQL, Redis), one `put` each elsewhere; each item's outcome reported.
+
+        Each item is a `SaveItem(key, envelope, if_absent=False, if_match=None)` or a plain
+        `(key, envelope)` pair (unconditional). A condition that does not hold writes nothing for
+        its item and is reported in its `SaveResult`, never raised: the other items are written all
+        the same. Every item is checked before any I/O, and a bad one refuses the whole batch. With a
+        witness, one witnessed save per item (each with `save`'s crash guarantee), none batched.
+
+        Args:
+            items: what to save, keys distinct (which of two saves of one key should win is not the
+                store's to guess).
+
+        Returns:
+            One `SaveResult(key, token, error)` per item, in order: `token` the new token of a saved
+            item; `error` (and no token) an item not saved: `TokenMismatch` (`if_absent` and something
+            is parked, or `if_match` and the token is stale) or `EnvelopeTooLarge` (found as it was sealed).
+
+        Raises:
+            InvalidKey: a key breaks the key rules, or is in the batch twice (before any I/O).
+            InvalidEnvelope: an item is not a `SaveItem` or a pair, or its envelope not an Envelope
+                of this version (before any I/O).
+            TokenMismatch: an item's condition can never hold (the zero token, `if_absent` with
+                `if_match`; before any I/O).
+            BackendError: the write of a chunk failed; the chunks before it were written (their
+                outcomes are lost with the call), that chunk's items were not on SQLite and
+                PostgreSQL (one transaction) and may have been elsewhere.
+        """
+        batch = checked(self.core, items)
+        if not batch:
+            return []
+        return run(self.frames.save_many(batch), self._targets)
 
     def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
         """Open the envelope parked under `key`, with the token that can claim it.

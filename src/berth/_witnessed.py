@@ -13,10 +13,11 @@ import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from berth._batch import SaveItem, SaveResult
 from berth._codec import frame_head
 from berth._core import Parked, StoreCore
 from berth._envelope import Envelope
-from berth._errors import FormatError, IntegrityError, TokenMismatch
+from berth._errors import EnvelopeTooLarge, FormatError, IntegrityError, TokenMismatch
 from berth._frames import FrameIO, HotPath, PlainFrames, PlannedHotPath
 from berth._plan import Plan, cpu, step
 from berth._token import Token
@@ -33,6 +34,7 @@ class Frames(Protocol):
     """The witness's backend, or None."""
 
     def save(self, key: str, envelope: Envelope, if_absent: bool, if_match: Token | None) -> Plan[Token]: ...
+    def save_many(self, items: Sequence[SaveItem]) -> Plan[list[SaveResult]]: ...
     def load(self, key: str, allow_expired: bool) -> Plan[Parked | None]: ...
     def load_many(
         self, keys: Sequence[str], names: Sequence[str], allow_expired: bool
@@ -93,6 +95,19 @@ class WitnessedFrames:
         plan = self.witness.save(self.core, key, build, if_absent, if_match, size=self.core.state_size(envelope))
         token: Token = yield from self._reraising(plan, key, "save")
         return token
+
+    def save_many(self, items: Sequence[SaveItem]) -> Plan[list[SaveResult]]:
+        """One witnessed save per item, in order: each with the witness's crash guarantee as `save` has it
+        (its candidate recorded, its frame written, its landing recorded), none batched."""
+        out: list[SaveResult] = []
+        for key, envelope, if_absent, if_match in items:
+            try:
+                token = yield from self.save(key, envelope, if_absent, if_match)
+            except (TokenMismatch, EnvelopeTooLarge) as exc:
+                out.append(SaveResult(key, None, exc))
+            else:
+                out.append(SaveResult(key, token))
+        return out
 
     def load(self, key: str, allow_expired: bool) -> Plan[Parked | None]:
         parked: Parked | None = yield from self._reraising(

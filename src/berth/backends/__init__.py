@@ -18,13 +18,14 @@ from typing import Any, ClassVar, NamedTuple, Self
 from berth._errors import BerthError, FormatError, IntegrityError, TokenMismatch, restated
 from berth._redact import redact_text, redact_url
 from berth._token import Token
-from berth.backends._bulk import FRAME_BATCH, Data, Frame, Head, sorted_names
+from berth.backends._bulk import FRAME_BATCH, Data, Frame, Head, Put, sorted_names
 
 __all__ = [
     "Backend",
     "Data",
     "Frame",
     "Head",
+    "Put",
     "ENTRY_POINT_GROUP",
     "Entry",
     "as_backend",
@@ -132,6 +133,22 @@ class Backend(ABC):
             return None
         data, token = found
         return name, bytes(data[:size]), token, len(data)  # a copy of the head: the frame is freed
+
+    def put_many(self, items: Sequence[Put]) -> list[Token | TokenMismatch]:
+        """`put` of each item (names distinct), in order: its new token, or the `TokenMismatch` of its
+        condition that did not hold (nothing written for it; the others are written all the same).
+
+        Any other failure raises (`BackendError`), and the items before it may have been written
+        (a backend with transactions writes all of one call in one: then none was). Default: one
+        `put` each; SQLite, PostgreSQL and Redis write a call in one transaction or round trip.
+        """
+        out: list[Token | TokenMismatch] = []
+        for item in items:
+            try:
+                out.append(self.put(item.name, item.data, if_match=item.if_match, if_absent=item.if_absent))
+            except TokenMismatch as exc:
+                out.append(exc)
+        return out
 
     def get_many(self, names: Sequence[str]) -> Sequence[tuple[Data, Token] | None]:
         """`get` of every name, in order. Default: one `get` each."""

@@ -27,7 +27,7 @@ from typing import Any, NoReturn, TypeVar
 from berth._errors import BackendError, TokenMismatch
 from berth._token import Token
 from berth.backends import Backend, as_backend
-from berth.backends._bulk import FRAME_BATCH, Data, Frame, Head, names_before, sorted_names
+from berth.backends._bulk import FRAME_BATCH, Data, Frame, Head, Put, names_before, sorted_names
 
 __all__ = ["DEFAULT_MAX_THREADS", "AsyncBackend", "ThreadedBackend", "expire", "sync_twin"]
 
@@ -93,6 +93,17 @@ class AsyncBackend:
                 if found is not None:
                     yield name, found[0], found[1]
 
+    async def put_many(self, items: Sequence[Put]) -> list[Token | TokenMismatch]:
+        """`put` of each item (names distinct), in order: its token or its `TokenMismatch`, as
+        `Backend.put_many`. Default: one `put` each, one after another."""
+        out: list[Token | TokenMismatch] = []
+        for item in items:
+            try:
+                out.append(await self.put(item.name, item.data, if_match=item.if_match, if_absent=item.if_absent))
+            except TokenMismatch as exc:
+                out.append(exc)
+        return out
+
     async def get_many(self, names: Sequence[str]) -> Sequence[tuple[Data, Token] | None]:
         """Every name's data and generation (or None), in order; default: one `get` each, concurrently."""
         return list(await asyncio.gather(*(self.get(name) for name in names)))
@@ -147,6 +158,9 @@ class ThreadedBackend(AsyncBackend):
 
     async def head(self, name: str, size: int) -> tuple[Data, Token] | None:
         return await self._run(self.sync.head, name, size)
+
+    async def put_many(self, items: Sequence[Put]) -> list[Token | TokenMismatch]:
+        return await self._run(self.sync.put_many, items)
 
     async def get_many(self, names: Sequence[str]) -> Sequence[tuple[Data, Token] | None]:
         return await self._run(self.sync.get_many, names)

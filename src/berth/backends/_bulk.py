@@ -14,7 +14,7 @@ import marshal
 import tempfile
 from collections.abc import Generator, Iterable, Iterator
 from itertools import islice
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from berth._errors import FormatError, IntegrityError
 from berth._token import Token
@@ -25,6 +25,7 @@ __all__ = [
     "Frame",
     "Head",
     "Ordering",
+    "Put",
     "bound",
     "names_before",
     "ordered",
@@ -44,6 +45,16 @@ entry raised: a listing yields it flagged and goes on."""
 
 Frame = tuple[str, Data, Token]
 """(name, the whole stored data, its token): one row of an ordered load (`sorted_frames`)."""
+
+
+class Put(NamedTuple):
+    """One write of `Backend.put_many`: what `put(name, data, if_match=..., if_absent=...)` takes."""
+
+    name: str
+    data: bytes
+    if_match: Token | None = None
+    if_absent: bool = False
+
 
 FRAME_BATCH = 64
 """Frames per read of an ordered load (`sorted_frames`): the most one batch holds in memory."""

@@ -32,7 +32,7 @@ from berth._atomic import make_dirs
 from berth._errors import BerthError, FormatError, StoreMissing, TokenMismatch, caller_level
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
-from berth.backends import Backend
+from berth.backends import Backend, Put
 from berth.backends._bulk import FRAME_BATCH, Frame, Head, bound
 from berth.backends._errmap import ErrorMap, Row
 
@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS berth_frames (
 )
 """
 _PAGE = 256
-_BLOB_IO = LARGE_FRAME  # frames from this size are written into a zeroblob piece by piece (see _put_large)
+_BLOB_IO = LARGE_FRAME  # frames from this size are written into a zeroblob piece by piece (see _write_large)
 _BLOB_PIECE = 1 << 20
 
 
@@ -379,77 +379,93 @@ class SqliteBackend(Backend):
         return cur
 
     def put(self, name: str, data: bytes, *, if_match: Token | None = None, if_absent: bool = False) -> Token:
+        if len(data) >= _BLOB_IO:  # in a transaction of its own (see _write_large)
+            done = self.put_many([Put(name, data, if_match, if_absent)])[0]
+            if isinstance(done, TokenMismatch):
+                raise done
+            return done
+        try:  # the hot paths map errors in a plain `except`: no context-manager object per call
+            with self._turn():
+                return self._write(self._cursor(), name, data, if_match, if_absent)
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "save", name) from exc
+
+    def put_many(self, items: Sequence[Put]) -> list[Token | TokenMismatch]:
+        """Every item in one transaction (one commit, one fsync); a failed condition is that item's outcome."""
+        out: list[Token | TokenMismatch] = []
+        if not items:
+            return out
+        conn = self._conn()
+        cur = self._cursor()
+        try:
+            with self._turn():
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    for name, data, if_match, if_absent in items:
+                        try:
+                            out.append(self._write(cur, name, data, if_match, if_absent))
+                        except TokenMismatch as exc:
+                            out.append(exc)
+                    cur.execute("COMMIT")  # inside: a failed commit must not leave the transaction open
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "save", items[0].name) from exc
+        return out
+
+    def _write(self, cur: sqlite3.Cursor, name: str, data: bytes, if_match: Token | None, if_absent: bool) -> Token:
+        """One put's statement on this thread's cursor, its own transaction or part of the caller's."""
         if if_absent and if_match is not None:  # nothing can be absent and at a generation
             raise TokenMismatch(f"{name!r} cannot be both absent and at generation {if_match.value!r}")
         if if_match is not None and not isinstance(if_match.value, int):
             raise TokenMismatch(f"{name!r} changed since it was read")
         gen = secrets.randbits(62) + 1
         if len(data) >= _BLOB_IO:
-            return self._put_large(name, data, gen, if_match, if_absent)
-        try:  # the hot paths map errors in a plain `except`: no context-manager object per call
-            with self._turn():
-                cur = self._cursor()
-                if if_match is not None:
-                    cur.execute(
-                        "UPDATE berth_frames SET gen = ?, data = ? WHERE name = ? AND gen = ?",
-                        (gen, data, name, if_match.value),
-                    )
-                    if cur.rowcount != 1:
-                        raise TokenMismatch(f"{name!r} changed since it was read")
-                elif if_absent:
-                    cur.execute(
-                        "INSERT OR IGNORE INTO berth_frames(name, gen, data) VALUES (?, ?, ?)", (name, gen, data)
-                    )
-                    if cur.rowcount != 1:
-                        raise TokenMismatch(f"{name!r} already exists")
-                else:
-                    cur.execute(
-                        "INSERT OR REPLACE INTO berth_frames(name, gen, data) VALUES (?, ?, ?)", (name, gen, data)
-                    )
-        except _ERRORS.catches as exc:
-            raise _ERRORS.error(exc, "save", name) from exc
+            self._write_large(cur, name, data, gen, if_match, if_absent)
+        elif if_match is not None:
+            cur.execute(
+                "UPDATE berth_frames SET gen = ?, data = ? WHERE name = ? AND gen = ?",
+                (gen, data, name, if_match.value),
+            )
+            if cur.rowcount != 1:
+                raise TokenMismatch(f"{name!r} changed since it was read")
+        elif if_absent:
+            cur.execute("INSERT OR IGNORE INTO berth_frames(name, gen, data) VALUES (?, ?, ?)", (name, gen, data))
+            if cur.rowcount != 1:
+                raise TokenMismatch(f"{name!r} already exists")
+        else:
+            cur.execute("INSERT OR REPLACE INTO berth_frames(name, gen, data) VALUES (?, ?, ?)", (name, gen, data))
         return Token(gen)
 
-    def _put_large(
-        self, name: str, data: bytes | bytearray, gen: int, if_match: Token | None, if_absent: bool
-    ) -> Token:
-        """`put` of a large frame: the row with a zeroblob of its size, then the bytes by incremental blob I/O.
+    def _write_large(
+        self, cur: sqlite3.Cursor, name: str, data: bytes | bytearray, gen: int, if_match: Token | None, if_absent: bool
+    ) -> None:
+        """A large frame's row in the caller's transaction: a zeroblob of its size, then the bytes by blob I/O.
 
         Bound as a parameter, a frame is copied by the sqlite3 module and again into SQLite's
         record: a 64 MiB save peaked at 3× the state. Written in pieces into the row's blob,
-        only the caller's frame and SQLite's page cache are held. One transaction, one commit.
+        only the caller's frame and SQLite's page cache are held.
         """
-        conn = self._conn()
-        cur = self._cursor()
-        with _ERRORS.mapped("save", name), self._turn():
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                if if_match is not None:
-                    cur.execute(
-                        "UPDATE berth_frames SET gen = ?, data = zeroblob(?) WHERE name = ? AND gen = ?",
-                        (gen, len(data), name, if_match.value),
-                    )
-                    if cur.rowcount != 1:
-                        raise TokenMismatch(f"{name!r} changed since it was read")
-                    rowid = cur.execute("SELECT rowid FROM berth_frames WHERE name = ?", (name,)).fetchall()[0][0]
-                else:
-                    verb = "INSERT OR IGNORE" if if_absent else "INSERT OR REPLACE"
-                    cur.execute(
-                        f"{verb} INTO berth_frames(name, gen, data) VALUES (?, ?, zeroblob(?))", (name, gen, len(data))
-                    )
-                    if cur.rowcount != 1:
-                        raise TokenMismatch(f"{name!r} already exists")
-                    rowid = cur.lastrowid
-                view = memoryview(data)
-                with conn.blobopen("berth_frames", "data", rowid) as blob:
-                    for at in range(0, len(view), _BLOB_PIECE):
-                        blob.write(view[at : at + _BLOB_PIECE])
-                cur.execute("COMMIT")  # inside: a failed commit must not leave the transaction open
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        return Token(gen)
+        if if_match is not None:
+            cur.execute(
+                "UPDATE berth_frames SET gen = ?, data = zeroblob(?) WHERE name = ? AND gen = ?",
+                (gen, len(data), name, if_match.value),
+            )
+            if cur.rowcount != 1:
+                raise TokenMismatch(f"{name!r} changed since it was read")
+            rowid = cur.execute("SELECT rowid FROM berth_frames WHERE name = ?", (name,)).fetchall()[0][0]
+        else:
+            verb = "INSERT OR IGNORE" if if_absent else "INSERT OR REPLACE"
+            cur.execute(f"{verb} INTO berth_frames(name, gen, data) VALUES (?, ?, zeroblob(?))", (name, gen, len(data)))
+            if cur.rowcount != 1:
+                raise TokenMismatch(f"{name!r} already exists")
+            rowid = cur.lastrowid
+        view = memoryview(data)
+        with self._conn().blobopen("berth_frames", "data", rowid) as blob:
+            for at in range(0, len(view), _BLOB_PIECE):
+                blob.write(view[at : at + _BLOB_PIECE])
 
     def get(self, name: str) -> tuple[bytes, Token] | None:
         try:

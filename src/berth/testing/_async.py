@@ -75,6 +75,7 @@ class AwaitingStore:
         self._portal = portal
         self.identity = store.identity
         self.sealer = store.sealer
+        self.core = store.core
         self.backend = store.sync.backend
 
     def now(self) -> datetime:

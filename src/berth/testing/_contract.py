@@ -14,12 +14,13 @@ from berth.backends import Backend
 from berth.testing._fixtures import FakeClock, assert_clean, plant_frame, raw_frame
 from berth.testing._lifecycle import LifecycleCases
 from berth.testing._listing import ListingCases
+from berth.testing._many import SaveManyCases
 from berth.testing._refusals import RefusalCases
 
 __all__ = ["StoreContract"]
 
 
-class StoreContract(LifecycleCases, ListingCases, RefusalCases):
+class StoreContract(LifecycleCases, ListingCases, RefusalCases, SaveManyCases):
     """The store contract of docs/contract.md; subclass and override `backend_opener`."""
 
     cross_process: ClassVar[bool] = True

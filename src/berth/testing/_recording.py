@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
+from berth._errors import TokenMismatch
 from berth._token import Token
-from berth.backends import Backend, Data, Frame, Head, as_backend
+from berth.backends import Backend, Data, Frame, Head, Put, as_backend
 
 __all__ = ["EventBackend", "RecordingBackend"]
 
@@ -35,6 +36,14 @@ class RecordingBackend(Backend):
             hook, self._before_conditional_put = self._before_conditional_put, None
             hook(name)
         return self.inner.put(name, data, if_match=if_match, if_absent=if_absent)
+
+    def put_many(self, items: Sequence[Put]) -> list[Token | TokenMismatch]:
+        self.calls.append("put_many")
+        matching = [item.name for item in items if item.if_match is not None]
+        if matching and self._before_conditional_put is not None:
+            hook, self._before_conditional_put = self._before_conditional_put, None
+            hook(matching[0])
+        return self.inner.put_many(items)
 
     def get(self, name: str) -> tuple[Data, Token] | None:
         self.calls.append("get")

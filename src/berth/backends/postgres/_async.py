@@ -6,15 +6,17 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from berth._errors import TokenMismatch
 from berth._token import Token
 from berth.backends._aio import AsyncBackend
-from berth.backends._bulk import Frame, Head
+from berth.backends._bulk import Frame, Head, Put
 from berth.backends.postgres._aio_pool import KEEP_BYTES, AsyncPool
 from berth.backends.postgres._sql import (
     ERRORS,
     WHOLE,
     Pager,
     Pieces,
+    PutMany,
     check_gen,
     delete_many_params,
     deleted,
@@ -101,6 +103,16 @@ class AsyncPostgresBackend(AsyncBackend):
         else:
             row = await self._run("save", name, key, params, large=len(data) > KEEP_BYTES)
         return put_token(name, row, if_absent)
+
+    async def put_many(self, items: Sequence[Put]) -> list[Token | TokenMismatch]:
+        batch = PutMany(items)
+        await self._ready()
+        rows = (
+            []
+            if batch.params is None
+            else await self._fetchall("save", batch.first(), self._q["put_many"], batch.params, False)
+        )
+        return batch.outcomes(rows, await super().put_many([items[at] for at in batch.large]))
 
     async def get(self, name: str) -> tuple[bytes, Token] | None:
         await self._ready()

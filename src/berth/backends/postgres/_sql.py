@@ -15,7 +15,7 @@ from psycopg import sql
 from berth._errors import TokenMismatch
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
-from berth.backends._bulk import FRAME_BATCH, Head, bound
+from berth.backends._bulk import FRAME_BATCH, Head, Put, bound
 from berth.backends._errmap import ErrorMap, Row
 from berth.backends._url import own_options
 
@@ -29,6 +29,7 @@ __all__ = [
     "WHOLE",
     "Pager",
     "Pieces",
+    "PutMany",
     "check_gen",
     "conninfo_of",
     "deleted",
@@ -246,6 +247,19 @@ def statements(schema: str, table: str) -> dict[str, bytes]:
                     out[f"{kind}:{first}:{bounded}:{reverse}"] = q(
                         f"SELECT {columns} FROM {{schema}}.{{table}} WHERE {where} ORDER BY name {order} LIMIT %(n)s"
                     )
+    # A batch of puts in one statement (one round trip, one transaction): the three kinds of put
+    # as data-modifying CTEs over arrays, each row touched once (a batch's names are distinct).
+    rows = "SELECT n, nextval('{schema}.{seq}'), d FROM unnest(%s::text[], %b::bytea[]) AS x(n, d)"
+    out["put_many"] = q(
+        f"WITH p AS (INSERT INTO {{schema}}.{{table}} AS t (name, gen, data) {rows} "
+        "ON CONFLICT (name) DO UPDATE SET gen = EXCLUDED.gen, data = EXCLUDED.data RETURNING t.name, t.gen), "
+        f"a AS (INSERT INTO {{schema}}.{{table}} (name, gen, data) {rows} "
+        "ON CONFLICT (name) DO NOTHING RETURNING name, gen), "
+        "m AS (UPDATE {schema}.{table} AS t SET gen = nextval('{schema}.{seq}'), data = x.d "
+        "FROM unnest(%s::text[], %s::bigint[], %b::bytea[]) AS x(n, g, d) WHERE t.name = x.n AND t.gen = x.g "
+        "RETURNING t.name, t.gen) "
+        "SELECT name, gen FROM p UNION ALL SELECT name, gen FROM a UNION ALL SELECT name, gen FROM m"
+    )
     out["get_many"] = q("SELECT name, data, gen FROM {schema}.{table} WHERE name = ANY(%s)")
     out["delete_many"] = q(
         "DELETE FROM {schema}.{table} AS t USING unnest(%s::text[], %s::bigint[]) AS d(name, gen) "
@@ -283,6 +297,64 @@ def put_token(name: str, row: tuple[Any, ...] | None, if_absent: bool) -> Token:
             raise TokenMismatch(f"{name!r} already exists")
         raise TokenMismatch(f"{name!r} changed since it was read")
     return Token(row[0])
+
+
+class PutMany:
+    """A `put_many` without I/O: the parameters of its one statement (`params`, None: nothing for it),
+    the items too large for it (`large`, put one by one), and each item's outcome from the rows."""
+
+    __slots__ = ("items", "large", "params", "refused")
+
+    def __init__(self, items: Sequence[Put]):
+        self.items = items
+        self.large: list[int] = []
+        self.refused: dict[int, TokenMismatch] = {}  # a condition no row can meet: no round trip
+        arrays: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
+        plain_n, plain_d, absent_n, absent_d, match_n, match_g, match_d = arrays
+        for at, (name, data, if_match, if_absent) in enumerate(items):
+            if len(data) > WHOLE:
+                self.large.append(at)
+                continue
+            try:
+                put_statement(name, data, if_match, if_absent)
+            except TokenMismatch as exc:
+                self.refused[at] = exc
+                continue
+            data = data if type(data) is bytes else bytes(data)  # one element type per array
+            if if_match is not None:
+                match_n.append(name)
+                match_g.append(if_match.value)
+                match_d.append(data)
+            elif if_absent:
+                absent_n.append(name)
+                absent_d.append(data)
+            else:
+                plain_n.append(name)
+                plain_d.append(data)
+        self.params = arrays if any(arrays) else None
+
+    def first(self) -> str:
+        """The name an error of the statement names."""
+        return self.items[0].name
+
+    def outcomes(
+        self, rows: list[tuple[Any, ...]], large: Sequence[Token | TokenMismatch]
+    ) -> list[Token | TokenMismatch]:
+        """Each item's token or `TokenMismatch`, from the statement's `(name, gen)` rows and the large items' puts."""
+        done = {name: Token(int(gen)) for name, gen in rows}
+        alone = dict(zip(self.large, large, strict=True))
+        out: list[Token | TokenMismatch] = []
+        for at, item in enumerate(self.items):
+            if at in alone:
+                out.append(alone[at])
+            elif at in self.refused:
+                out.append(self.refused[at])
+            elif item.name in done:
+                out.append(done[item.name])
+            else:
+                why = "already exists" if item.if_absent else "changed since it was read"
+                out.append(TokenMismatch(f"{item.name!r} {why}"))
+        return out
 
 
 def check_gen(name: str, token: Token) -> None:

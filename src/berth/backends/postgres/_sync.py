@@ -13,10 +13,10 @@ import psycopg.conninfo
 import psycopg.errors
 from psycopg import sql
 
-from berth._errors import BackendError, BerthError, StoreMissing
+from berth._errors import BackendError, BerthError, StoreMissing, TokenMismatch
 from berth._token import Token
 from berth.backends import Backend
-from berth.backends._bulk import Frame, Head
+from berth.backends._bulk import Frame, Head, Put
 from berth.backends.postgres._pool import KEEP_BYTES, Pool
 from berth.backends.postgres._sql import (
     COPY_END,
@@ -28,6 +28,7 @@ from berth.backends.postgres._sql import (
     WHOLE,
     Pager,
     Pieces,
+    PutMany,
     check_gen,
     conninfo_of,
     delete_many_params,
@@ -278,6 +279,20 @@ class PostgresBackend(Backend):
                 raise
         self._upload = False
         return self._run("save", name, key, params, large=True)
+
+    def put_many(self, items: Sequence[Put]) -> list[Token | TokenMismatch]:
+        """Every item in one statement (one round trip, one transaction); a frame over `WHOLE` alone, after them."""
+        batch = PutMany(items)
+        if not self.ready:
+            self.ensure_ready()
+        rows: list[tuple[Any, ...]] = []
+        if batch.params is not None:
+            try:
+                with self._pool.connection() as conn:
+                    rows = conn.execute(self._q["put_many"], batch.params).fetchall()
+            except ERRORS.catches as exc:
+                raise ERRORS.error(exc, "save", batch.first()) from exc
+        return batch.outcomes(rows, super().put_many([items[at] for at in batch.large]))
 
     def get(self, name: str) -> tuple[bytes, Token] | None:
         """The frame under `name` and its generation, or None."""

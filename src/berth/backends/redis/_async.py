@@ -12,9 +12,10 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 
 from berth import _plan
+from berth._errors import TokenMismatch
 from berth._token import Token
 from berth.backends._aio import AsyncBackend
-from berth.backends._bulk import Data, Head, Ordering, sorted_names
+from berth.backends._bulk import Data, Head, Ordering, Put, sorted_names
 from berth.backends.redis._slots import NodeRounds, Routed, asked_replies, cluster_url, node_commands, routed_plan
 from berth.backends.redis._sync import (
     RedisBackend,
@@ -267,6 +268,17 @@ class AsyncRedisBackend(AsyncBackend):
         keys = [self.keys.frames + name for name in names]
         raws = await self._read(lambda: self._command("MGET", *keys), "load", names[0])
         return [self.keys.got(name, raw) for name, raw in zip(names, raws, strict=True)]
+
+    async def put_many(self, items: Sequence[Put]) -> list[Token | TokenMismatch]:
+        await self._checked()
+        writes, gens = self.keys.put_writes(items, self._put_if_match)
+        if not writes:
+            return self.keys.put_outcomes(items, gens, [])
+        try:
+            replies = await self._timed(functools.partial(self._writes, writes, items[0].name))
+        except redis.exceptions.RedisError as exc:
+            raise ERRORS.error(exc, "save", items[0].name) from exc
+        return self.keys.put_outcomes(items, gens, replies)
 
     async def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
         await self._checked()

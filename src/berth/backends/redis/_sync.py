@@ -16,10 +16,10 @@ import redis.cluster
 import redis.exceptions
 
 from berth import _plan
-from berth._errors import caller_level
+from berth._errors import TokenMismatch, caller_level
 from berth._token import Token
 from berth.backends import Backend
-from berth.backends._bulk import Data, Head, ordered, sorted_names
+from berth.backends._bulk import Data, Head, Put, ordered, sorted_names
 from berth.backends.redis._slots import NodeRounds, Routed, asked_replies, cluster_url, node_commands, routed_plan
 from berth.backends.redis._wire import (
     DELETE,
@@ -375,6 +375,17 @@ class RedisBackend(Backend):
         keys = [self.keys.frames + name for name in names]
         raws = self._read(functools.partial(self._command, "MGET", *keys), "load", names[0])
         return [self.keys.got(name, raw) for name, raw in zip(names, raws, strict=True)]
+
+    def put_many(self, items: Sequence[Put]) -> list[Token | TokenMismatch]:
+        """Every item on one pipeline (one round trip; not a transaction: each write is atomic alone)."""
+        writes, gens = self.keys.put_writes(items, self._put_if_match)
+        if not writes:
+            return self.keys.put_outcomes(items, gens, [])
+        try:
+            replies = self._writes(writes, items[0].name)
+        except redis.exceptions.RedisError as exc:
+            raise ERRORS.error(exc, "save", items[0].name) from exc
+        return self.keys.put_outcomes(items, gens, replies)
 
     def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
         """Delete each name still at its token: one pipeline of compare-and-delete scripts (one round trip)."""

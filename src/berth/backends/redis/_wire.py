@@ -21,7 +21,7 @@ from berth._errors import BackendError, BerthError, FormatError, TokenMismatch
 from berth._plan import Plan, role, step
 from berth._sealer import LARGE_FRAME
 from berth._token import Token
-from berth.backends._bulk import Data, Head
+from berth.backends._bulk import Data, Head, Put
 from berth.backends._errmap import ErrorMap, Row
 from berth.backends._url import own_options
 
@@ -211,6 +211,42 @@ class Keyspace:
         if not done:
             raise TokenMismatch(f"{name!r} {why}")
         return Token(gen)
+
+    def put_writes(self, items: Sequence[Put], script: Any) -> tuple[list[Write], list[int | TokenMismatch]]:
+        """A write per item (SET, SET NX, or `script`, the compare-and-set) and each item's new generation,
+        or the `TokenMismatch` of a condition no value can meet (no write for that item)."""
+        writes: list[Write] = []
+        gens: list[int | TokenMismatch] = []
+        for name, data, if_match, if_absent in items:
+            if if_match is not None:
+                try:
+                    expected = self.expected(name, if_match, if_absent)
+                except TokenMismatch as exc:
+                    gens.append(exc)
+                    continue
+            key, value, gen = self.new_value(name, data)
+            if if_match is not None:
+                writes.append((script, key, (value, expected)))
+            else:
+                writes.append((None, key, (value, "NX") if if_absent else (value,)))
+            gens.append(gen)
+        return writes, gens
+
+    def put_outcomes(
+        self, items: Sequence[Put], gens: Sequence[int | TokenMismatch], replies: Sequence[Any]
+    ) -> list[Token | TokenMismatch]:
+        """Each item's token or `TokenMismatch`, from `put_writes`' generations and its writes' replies."""
+        done = iter(replies)
+        out: list[Token | TokenMismatch] = []
+        for item, gen in zip(items, gens, strict=True):
+            if isinstance(gen, TokenMismatch):
+                out.append(gen)
+            elif next(done):
+                out.append(Token(gen))
+            else:
+                why = "already exists" if item.if_absent else "changed since it was read"
+                out.append(TokenMismatch(f"{item.name!r} {why}"))
+        return out
 
     def delete_args(self, name: str, token: Token) -> tuple[str, bytes]:
         """(key, expected generation) of a delete by `token` (`TokenMismatch` for a token not of Redis)."""
