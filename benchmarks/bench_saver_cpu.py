@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import sqlite3
 import sys
@@ -118,7 +119,7 @@ def main() -> None:
         for _ in range(args.calls):
             fn(saver)
         profile.disable()
-        pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(30)
+        pstats.Stats(profile, stream=sys.stdout).sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(40)
     store.close()
     conn.close()
 

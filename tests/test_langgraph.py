@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import msgspec
 import pytest
 
 import berth
@@ -30,6 +31,8 @@ from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES  # no
 from langgraph.checkpoint.conformance.initializer import RegisteredCheckpointer  # noqa: E402
 
 from berth.langgraph import AsyncBerthSaver, BerthSaver  # noqa: E402
+from berth.langgraph import _frames as frames  # noqa: E402
+from berth.langgraph._frames import SaverSteps  # noqa: E402
 
 KEYRING = berth.Keyring.generate()
 
@@ -236,6 +239,55 @@ def test_a_flipped_byte_is_refused(tmp_path: Path) -> None:
             saver.get_tuple(_config("t1"))
         store.backend.put(name, bytes(frame[0]))  # restore, then break the writes frame next
     assert saver.get_tuple(_config("t1")) is not None
+
+
+def _as_json_frames(store: berth.Store, prefix: str) -> int:
+    """Rewrite every saver frame under `prefix` as a berth before binary state wrote it (a JSON body, format 1)."""
+    rewritten = 0
+    for key, parked in list(store.load_prefix(prefix)):
+        env = parked.envelope
+        assert env.content_type == frames.CONTENT_TYPE
+        body = msgspec.msgpack.decode(env.provider_state)  # the same members, the bytes base64 in JSON
+        store.save(key, env.replace(provider_state=msgspec.json.encode(body), content_type=None, created_at=None))
+        found = store.backend.get(store.core.name(key))
+        assert found is not None and bytes(found[0])[8] == 1
+        rewritten += 1
+    return rewritten
+
+
+def test_checkpoints_written_before_binary_state_still_read_merge_and_copy(tmp_path: Path) -> None:
+    store = berth.open_store(f"sqlite:///{tmp_path}/b.db", identity="ops", sealer=_sealer())
+    saver = BerthSaver(store)
+    first = _put(saver, "t1", {"n": 1})
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"n": 2, "blob": b"\x00\xff"}
+    second: Any = saver.put(first, checkpoint, {"source": "loop", "step": 1}, {})
+    saver.put_writes(second, [("out", "old write")], "task-1")
+    assert _as_json_frames(store, "langgraph/t1/") == 3
+    latest = saver.get_tuple(_config("t1"))
+    assert latest is not None and latest.checkpoint["channel_values"] == {"n": 2, "blob": b"\x00\xff"}
+    assert [w[1:] for w in latest.pending_writes or []] == [("out", "old write")]
+    assert [t.checkpoint["channel_values"]["n"] for t in saver.list(_config("t1"))] == [2, 1]
+    # a new write merged into an old writes frame: the old one kept, the frame now binary
+    saver.put_writes(second, [("out", "ignored: idx 0 is stored"), ("more", "new")], "task-1")
+    name = store.core.name(f"langgraph/t1/~/c/{second['configurable']['checkpoint_id']}/task-1")
+    found = store.backend.get(name)
+    assert found is not None and bytes(found[0])[8] == 2
+    latest = saver.get_tuple(_config("t1"))
+    assert latest is not None and [w[1:] for w in latest.pending_writes or []] == [
+        ("out", "old write"),
+        ("more", "new"),
+    ]
+    saver.copy_thread("t1", "t2")  # copied in the format each frame was read in
+    copied = saver.get_tuple(_config("t2"))
+    assert copied is not None and copied.checkpoint["channel_values"]["n"] == 2
+
+    async def aread() -> Any:
+        async with berth.aio.open_store(f"sqlite:///{tmp_path}/b.db", identity="ops", sealer=_sealer()) as astore:
+            return await AsyncBerthSaver(astore).aget_tuple(_config("t1"))
+
+    old = asyncio.run(aread())
+    assert old is not None and old.checkpoint["channel_values"]["n"] == 2
 
 
 @pytest.mark.parametrize(
@@ -763,8 +815,8 @@ def _cancelling_saver(base: type, cancel: _Cancelling) -> Any:
             return ticked
 
     class Saver(base):
-        def _async_targets(self) -> dict[str, Any]:
-            return {"io": Ticking(super()._async_targets()["io"])}
+        def _async_targets(self) -> dict[Any, Any]:
+            return {SaverSteps: Ticking(super()._async_targets()[SaverSteps])}
 
         async def aget_tuple(self, config: Any) -> Any:
             cancel.tick()

@@ -1,8 +1,10 @@
 """The codec: the byte layout of a frame and of the envelope body it seals, in one place.
 
     frame = magic (8) | format (1) | header length (4, big-endian) | header (JSON) | sealed body
-    body  = the envelope as one JSON object whose last member is provider_state
+    body  = the envelope as one JSON object whose last member is provider_state     (format 1: JSON state)
           = prefix | state | "}"         (the header's `state_len` is len(state))
+    body  = every other member of the envelope, content_type too, as one JSON object,
+            then the state's bytes as they are: meta | state                         (format 2: binary state)
 
 The header is cleartext so that listing and sweeping need no keys. The seal's
 associated data is everything before the body plus the identity and key the
@@ -32,10 +34,12 @@ from berth._errors import BerthError, EnvelopeTooLarge, FormatError, IntegrityEr
 from berth._sealer import LARGE_FRAME, PartsSealer, Sealer
 
 __all__ = [
+    "BINARY_FORMAT_VERSION",
     "FORMAT_VERSION",
     "MAGIC",
     "MAX_HEADER",
     "PREFIX_SIZE",
+    "READ_FORMATS",
     "Header",
     "build_aad",
     "encode_header",
@@ -49,6 +53,11 @@ __all__ = [
 
 MAGIC = b"\x89BERTH\r\n"
 FORMAT_VERSION = 1
+"""The format of a frame whose state is JSON: every frame written before binary state, and every such frame since."""
+BINARY_FORMAT_VERSION = 2
+"""The format of a frame whose state is opaque bytes under a declared `content_type` (`Envelope.content_type`)."""
+READ_FORMATS = (FORMAT_VERSION, BINARY_FORMAT_VERSION)
+"""The formats this berth opens; any other is a `FormatError`, and the frame is left as it is."""
 _PREFIX = struct.Struct(">8sBI")
 PREFIX_SIZE = _PREFIX.size
 MAX_HEADER = 64 * 1024
@@ -90,7 +99,7 @@ def encode_header(h: Header) -> bytes:
     js = _encoder.encode(h)
     if len(js) > MAX_HEADER:
         raise ValueError("frame header too large")
-    return _PREFIX.pack(MAGIC, FORMAT_VERSION, len(js)) + js
+    return _PREFIX.pack(MAGIC, h.format, len(js)) + js
 
 
 def build_aad(head: bytes | memoryview, identity: str, key: str) -> bytes:
@@ -146,10 +155,10 @@ def peek_header(data: bytes | memoryview, identity: str, key: str) -> tuple[Head
     magic, fmt, hlen = _PREFIX.unpack_from(view) if len(view) >= PREFIX_SIZE else (b"", 0, 0)
     if magic != MAGIC:
         raise FormatError(f"not a berth frame at {where(identity, key)}", identity=identity, key=key)
-    if fmt != FORMAT_VERSION:
+    if fmt not in READ_FORMATS:
         raise FormatError(
             f"frame at {where(identity, key)} has format version {fmt}; "
-            f"this berth reads {FORMAT_VERSION}: upgrade berth",
+            f"this berth reads {' and '.join(map(str, READ_FORMATS))}: upgrade berth",
             identity=identity,
             key=key,
         )
@@ -162,7 +171,7 @@ def peek_header(data: bytes | memoryview, identity: str, key: str) -> tuple[Head
         header = None
     if (
         header is None
-        or header.format != FORMAT_VERSION
+        or header.format != fmt
         or header.created_at.tzinfo is None
         or (header.deadline and header.deadline.tzinfo is None)
     ):
@@ -211,6 +220,12 @@ class _WireMeta(msgspec.Struct):
     labels: dict[str, str]
 
 
+class _WireBinary(_WireMeta):
+    """A binary state's body (format 2): every member of `_WireMeta`, then `content_type`; the state follows."""
+
+    content_type: str
+
+
 STATE_MEMBER = b',"provider_state":'
 """What ends the body's prefix: the envelope JSON is prefix + provider_state + `}`."""
 _END = b"}"
@@ -249,9 +264,12 @@ _set_call_id, _set_call_name, _set_call_input = CALL_SETTERS["id"], CALL_SETTERS
 
 
 def _body_codec(
-    meta: type[msgspec.Struct],
+    meta: type[msgspec.Struct], binary: bool = False
 ) -> tuple[Callable[[Envelope, datetime], bytes], Callable[[bytes | memoryview, bytes | memoryview], Envelope]]:
     """The body's prefix encoder and its decoder, built from `meta`'s members by name (`_WireMeta`).
+
+    `binary` (format 2, `_WireBinary`): the prefix is a whole JSON object and the state follows
+    it as it is, instead of being the object's last member.
 
     Generated as straight-line code from the names (as `dataclasses` does): each value is read
     from, and set into, the `Envelope` field of its member's name, in one expression per member.
@@ -260,8 +278,9 @@ def _body_codec(
     9.45 µs before the declaration by name).
     """
     names: tuple[str, ...] = meta.__struct_fields__
-    if set(names) != set(ENVELOPE_SETTERS) - {"provider_state"}:
-        raise TypeError(f"the envelope body's members {sorted(names)} are not Envelope's fields but provider_state")
+    outside = {"provider_state"} if binary else {"provider_state", "content_type"}
+    if set(names) != set(ENVELOPE_SETTERS) - outside:
+        raise TypeError(f"the envelope body's members {sorted(names)} are not Envelope's fields but {sorted(outside)}")
     times = {f.name for f in msgspec.structs.fields(meta) if datetime in (f.type, *getattr(f.type, "__args__", ()))}
     scope: dict[str, Any] = {
         "_meta": meta,
@@ -275,6 +294,7 @@ def _body_codec(
         "_DecodeError": msgspec.DecodeError,
         "_ValidationError": msgspec.ValidationError,
         "_set_provider_state": ENVELOPE_SETTERS["provider_state"],
+        "_set_content_type": ENVELOPE_SETTERS["content_type"],
     }
     values = []
     for name in names:
@@ -296,15 +316,24 @@ def _body_codec(
         else:
             value = f"_from_{name}(wire.{name})" if name in _FROM_WIRE else f"wire.{name}"
             sets.append(f"    _set_{name}(env, {value})")
-    source = "\n".join(
-        [
-            "def encode_prefix(env, created_at):",
-            f"    return _encode(_meta({', '.join(values)}))[:-1] + _STATE",
-            "def decode_body(prefix, state):",
+    if binary:
+        encode = [f"    return _encode(_meta({', '.join(values)}))"]
+        decode = ["    wire = _decode(prefix)"]
+    else:
+        encode = [f"    return _encode(_meta({', '.join(values)}))[:-1] + _STATE"]
+        decode = [
             "    n = len(prefix) - _SIZE",
             "    if n < 2 or prefix[n:] != _STATE:",
             '        raise _DecodeError("the envelope does not end with provider_state")',
             '    wire = _decode(_join((prefix[:n], b"}")))',
+        ]
+        sets.append("    _set_content_type(env, None)")
+    source = "\n".join(
+        [
+            "def encode_prefix(env, created_at):",
+            *encode,
+            "def decode_body(prefix, state):",
+            *decode,
             "    env = _new(_Envelope)",
             # The slots' own setters (`ENVELOPE_SETTERS`): `object.__setattr__` looks each descriptor up again.
             *sets,
@@ -323,6 +352,7 @@ def _body_codec(
 
 
 _encode_prefix, _decode_body = _body_codec(_WireMeta)
+_encode_meta, _decode_binary = _body_codec(_WireBinary, binary=True)
 
 
 # --- whole frames ------------------------------------------------------------------------------
@@ -350,7 +380,8 @@ def seal_frame(
     head, prefix = _head(env, state, identity, key, created_at, sealer, max_bytes, seq)
     # The sealer writes the head first and takes the body in parts: the state is never
     # copied into a joined body first.
-    frame: bytes = sealer.seal_parts(head, (prefix, state, _END), aad=build_aad(head, identity, key))
+    parts = (prefix, state, _END) if env.content_type is None else (prefix, state)
+    frame: bytes = sealer.seal_parts(head, parts, aad=build_aad(head, identity, key))
     return frame
 
 
@@ -383,8 +414,12 @@ def _head(
     seq: int | None,
 ) -> tuple[bytes, bytes]:
     """`frame_head`, its arguments positional (the save path calls it once a save)."""
-    prefix = _encode_prefix(env, created_at)
-    size = len(prefix) + len(state) + 1
+    if env.content_type is None:
+        fmt, prefix = FORMAT_VERSION, _encode_prefix(env, created_at)
+        size = len(prefix) + len(state) + 1
+    else:
+        fmt, prefix = BINARY_FORMAT_VERSION, _encode_meta(env, created_at)
+        size = len(prefix) + len(state)
     if size > max_bytes:
         raise EnvelopeTooLarge(
             f"envelope for {where(identity, key)} is {size} bytes encoded; "
@@ -393,7 +428,7 @@ def _head(
             key=key,
         )
     header = Header(
-        FORMAT_VERSION,
+        fmt,
         identity,
         key,
         env.run_id,
@@ -439,14 +474,16 @@ def open_frame(
         )
     n, s = header.body_len, header.state_len
     assert s is not None  # peek_header refuses frames without one
-    if not 0 < s <= n - len(STATE_MEMBER) - 3:
+    binary = header.format == BINARY_FORMAT_VERSION
+    if not (0 <= s <= n - 2 if binary else 0 < s <= n - len(STATE_MEMBER) - 3):
         raise IntegrityError(
             f"frame header at {where(identity, key)} gives a state length its body cannot hold",
             identity=identity,
             key=key,
         )
     sealer = sealer_for(header)
-    aad, cuts = build_aad(view[:end], identity, key), (n - s - 1, n - 1)
+    cuts: tuple[int, ...] = (n - s,) if binary else (n - s - 1, n - 1)
+    aad = build_aad(view[:end], identity, key)
     if n < LARGE_FRAME:
         # Opened whole and cut here into bytes of their own (a sealer may reuse its buffer). The state
         # was once kept as a view of the body, decoded without its copy (issue 15.4); dropped in issue
@@ -454,8 +491,10 @@ def open_frame(
         # whose state() is decoded (194 µs), and at 1 KiB the view cost more than the copy (0.22 vs 0.11).
         (body,) = _open_body(sealer, view[end:], aad, (), identity, key)
         whole = memoryview(body)
-        pieces: list[bytes | memoryview] = [bytes(whole[: cuts[0]]), bytes(whole[cuts[0] : cuts[1]])]
-        pieces.append(bytes(whole[cuts[1] :]))
+        if binary:  # the meta decoded from the view (msgspec copies what it keeps), the state its own bytes
+            pieces: list[bytes | memoryview] = [whole[: cuts[0]], bytes(whole[cuts[0] :])]
+        else:
+            pieces = [bytes(whole[: cuts[0]]), bytes(whole[cuts[0] : cuts[1]]), bytes(whole[cuts[1] :])]
         del whole
     else:  # opened piece by piece: the state is its own bytes, never a slice of a whole
         pieces = list(_open_body(sealer, view[end:], aad, cuts, identity, key))
@@ -468,9 +507,12 @@ def open_frame(
             key=key,
         )
     try:
-        if pieces[2] != _END:
+        if binary:
+            env = _decode_binary(pieces[0], pieces[1])
+        elif pieces[2] != _END:
             raise msgspec.DecodeError("the envelope does not end after provider_state")
-        env = _decode_body(pieces[0], pieces[1])
+        else:
+            env = _decode_body(pieces[0], pieces[1])
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise FormatError(
             f"frame at {where(identity, key)} opened but holds no envelope this berth reads",

@@ -276,6 +276,10 @@ class Envelope:
 
     Immutable. `provider_state` and `loop_state` are raw JSON bytes: pass bytes
     of JSON (validated, kept verbatim) or any JSON value (encoded once).
+
+    Binary state: with `content_type` set (a MIME type such as ``application/msgpack``),
+    `provider_state` is opaque bytes, kept and returned untouched (never validated, never
+    base64 in JSON); such an envelope is parked in a frame of format 2 (docs/store.md, *Frames*).
     """
 
     provider_state: bytes
@@ -293,6 +297,8 @@ class Envelope:
     deadline: datetime | None = None
     created_at: datetime | None = None
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    content_type: str | None = None
+    """None: `provider_state` is JSON. Else the declared type of the opaque bytes it holds."""
 
     # Written out (not generated) so the parameters accept what the fields are built from:
     # any JSON value or bytes of JSON for the raw fields, any iterable of calls, any mapping.
@@ -314,9 +320,13 @@ class Envelope:
         deadline: datetime | None = None,
         created_at: datetime | None = None,
         labels: Mapping[str, str] | None = None,
+        content_type: str | None = None,
     ) -> None:
-        set_ = object.__setattr__
-        set_(self, "provider_state", _raw_json(provider_state, "provider_state"))
+        if content_type is None:
+            _SET_STATE(self, _raw_json(provider_state, "provider_state"))
+        else:
+            _SET_STATE(self, _binary(provider_state, content_type))
+        _SET_TYPE(self, content_type)
         if loop_state is not None:
             loop_state = _raw_json(loop_state, "loop_state")
             if loop_state == b"null":  # JSON null is "no loop state"
@@ -361,7 +371,7 @@ class Envelope:
         loop = "None" if self.loop_state is None else f"<{len(self.loop_state)} bytes>"
         return (
             f"Envelope(run_id={self.run_id!r}, provider={self.provider!r}, model={self.model!r}, "
-            f"provider_state=<{len(self.provider_state)} bytes>, loop_state={loop}, "
+            f"provider_state=<{len(self.provider_state)} bytes{_typed(self.content_type)}>, loop_state={loop}, "
             f"pending_calls={[c.id for c in self.pending_calls]!r}, turn={self.turn}, "
             f"deadline={self.deadline!r}, created_at={self.created_at!r}, labels={dict(self.labels)!r})"
         )
@@ -375,7 +385,13 @@ class Envelope:
 
         Integers beyond 64 bits come back as floats (orjson reads them so); a host
         that parks such numbers decodes the verbatim bytes, `provider_state`, itself.
+
+        Raises `InvalidEnvelope` for a binary state (`content_type` set): read `provider_state`.
         """
+        if self.content_type is not None:
+            raise InvalidEnvelope(
+                f"run {self.run_id!r} parked binary state ({self.content_type}), not JSON: read provider_state"
+            )
         return orjson.loads(self.provider_state)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -389,19 +405,48 @@ class Envelope:
         object.__setattr__(self, "labels", MappingProxyType(dict(state["labels"])))
 
 
+_CONTENT_TYPE_MAX = 255
+
+
+def _binary(state: object, content_type: object) -> bytes:
+    """Opaque state bytes, kept as they are, under a declared content type (checked)."""
+    if not (
+        type(content_type) is str
+        and 0 < len(content_type) <= _CONTENT_TYPE_MAX
+        and content_type.isascii()
+        and content_type.isprintable()
+        and " " not in content_type
+    ):
+        raise InvalidEnvelope(
+            f"content_type must be a non-empty str of at most {_CONTENT_TYPE_MAX} printable ASCII characters "
+            "without spaces (a MIME type such as application/msgpack), or None for JSON state"
+        )
+    if type(state) is bytes:
+        return state
+    if isinstance(state, (bytes, bytearray, memoryview)):
+        return bytes(state)
+    raise InvalidEnvelope(f"provider_state of content type {content_type} must be bytes, got {type(state).__name__}")
+
+
+def _typed(content_type: str | None) -> str:
+    return "" if content_type is None else f", {content_type}"
+
+
 def _slot_setters(cls: type) -> dict[str, Callable[[Any, Any], None]]:
     return {name: cls.__dict__[name].__set__ for name in cls.__dict__["__slots__"]}
 
 
 ENVELOPE_SETTERS = _slot_setters(Envelope)
-"""Each Envelope field's own slot setter, by name: a save and a load each set fifteen (`berth._codec`
+"""Each Envelope field's own slot setter, by name: a save and a load each set sixteen (`berth._codec`
 sets a loaded envelope's). Kept, measured (issue 33; CPU, in-process A/B, min of 7): fifteen sets
 cost 0.72 µs through these against 1.35 through `object.__setattr__` by name (which looks each
 descriptor up again), 11 % of building a 1 KiB envelope (5.7 µs) and 6 % of opening its frame (10.5)."""
 CALL_SETTERS = _slot_setters(PendingCall)
 """PendingCall's, as ENVELOPE_SETTERS."""
 _TEXT_FIELDS = ("provider", "model", "config_digest", "run_id", "reason", "trace_id")
-# Each field's setter by its name (a save sets fifteen): never paired with a value by position.
+# Each field's setter by its name (a save sets sixteen): never paired with a value by position.
+_SET_STATE = ENVELOPE_SETTERS["provider_state"]
+_SET_TYPE = ENVELOPE_SETTERS["content_type"]
 _SET_PROVIDER = ENVELOPE_SETTERS["provider"]
 _SET_MODEL = ENVELOPE_SETTERS["model"]
 _SET_DIGEST = ENVELOPE_SETTERS["config_digest"]

@@ -6,6 +6,7 @@ loads without the command line's machinery.
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -131,7 +132,13 @@ def envelope_doc(key: str, env: berth.Envelope) -> dict[str, Any]:
         "model": env.model,
         "config_digest": env.config_digest,
         "run_id": env.run_id,
-        "provider_state": _raw(env.provider_state),
+        # binary state (a content type declared): its bytes as base64 text, beside the type
+        "provider_state": (
+            _raw(env.provider_state)
+            if env.content_type is None
+            else base64.b64encode(env.provider_state).decode("ascii")
+        ),
+        "content_type": env.content_type,
         "loop_state": _raw(env.loop_state),
         "pending_calls": [{"id": c.id, "name": c.name, "input": _raw(c.input)} for c in env.pending_calls],
         "turn": env.turn,

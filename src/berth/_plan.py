@@ -117,7 +117,7 @@ class Step(Generic[R]):
 
 
 Call = Step
-"""The step type under its first name (plans of `berth.langgraph` and the Redis backend)."""
+"""The step type under its first name (the Redis backend's plans)."""
 
 Plan = Generator[Step[Any], Any, T]
 

@@ -2,9 +2,10 @@
 
     .venv/bin/python tests/vectors/make_vectors.py
 
-Writes plaintext.frame and aes-gcm.frame beside this file from fixed inputs:
-the envelope below, a fixed created_at, a fixed AES-256 key and a fixed nonce
-injected through the sealer's private `_nonce` hook.
+Writes plaintext.frame and aes-gcm.frame (format 1: JSON state) and
+binary-plaintext.frame and binary-aes-gcm.frame (format 2: binary state) beside
+this file from fixed inputs: the envelopes below, a fixed created_at, a fixed
+AES-256 key and a fixed nonce injected through the sealer's private `_nonce` hook.
 """
 
 from __future__ import annotations
@@ -42,15 +43,25 @@ def envelope() -> berth.Envelope:
     )
 
 
+BINARY_STATE = b"\x81\xa8messages\x91\x82\xa4role\xa4user\xa7content\xacmay I merge?"
+"""The state of `envelope()` as MessagePack: opaque bytes to berth."""
+CONTENT_TYPE = "application/msgpack"
+
+
+def binary_envelope() -> berth.Envelope:
+    """`envelope()` with its state as binary bytes under a content type (a format 2 frame)."""
+    return envelope().replace(provider_state=BINARY_STATE, content_type=CONTENT_TYPE)
+
+
 def sealers() -> dict[str, berth.Sealer]:
     aes = berth.AesGcmSealer(berth.Keyring({AES_KEY_ID: AES_KEY}, AES_KEY_ID))
     aes._nonce = lambda: NONCE
     return {"plaintext": berth.PlaintextSealer(), "aes-gcm": aes}
 
 
-def frame(sealer: berth.Sealer) -> bytes:
+def frame(sealer: berth.Sealer, env: berth.Envelope | None = None) -> bytes:
     store = berth.Store(MemoryBackend(), identity=IDENTITY, sealer=sealer)
-    store.save(KEY, envelope())
+    store.save(KEY, envelope() if env is None else env)
     found = store.backend.get(f"{IDENTITY}/{KEY}")
     assert found is not None
     return bytes(found[0])
@@ -60,3 +71,5 @@ if __name__ == "__main__":
     for name, sealer in sealers().items():
         (HERE / f"{name}.frame").write_bytes(frame(sealer))
         print(f"wrote {name}.frame")
+        (HERE / f"binary-{name}.frame").write_bytes(frame(sealer, binary_envelope()))
+        print(f"wrote binary-{name}.frame")

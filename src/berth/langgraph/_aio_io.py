@@ -1,9 +1,9 @@
-"""`AsyncSaverIO`: the store calls the savers' plans make (their role "io"), awaited over a `berth.aio.AsyncStore`.
+"""`AsyncSaverIO`: the savers' plans' steps (`SaverSteps`), awaited over a `berth.aio.AsyncStore`.
 
 The source of `berth/langgraph/_io.py` (`SaverIO`, over a `berth.Store`), which `scripts/twin.py`
 generates from it: change this module and run the script. The question store is the sync one in
 both (the async saver asks and consumes in a worker thread).
-"""  # twin: sync """`SaverIO`: the store calls the savers' plans make (their role "io"), over a `berth.Store`."""
+"""  # twin: sync """`SaverIO`: the savers' plans' steps (`SaverSteps`), over a `berth.Store`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from berth._aio_store import AsyncStore
 from berth._envelope import Envelope
 from berth._errors import Expired, TokenMismatch
 from berth._store import Listing, Parked
+from berth._token import Token
 from berth.langgraph._questions import ask_once, asked_keys, questions_over, refuse_unseen
 
 __all__ = ["AsyncSaverIO"]
@@ -53,7 +54,8 @@ class AsyncSaverIO:
         try:
             await self.store.load(key)
         except Expired as exc:
-            await self.delete(key, exc.token)
+            if exc.token is not None:
+                await self.delete(key, exc.token)
 
     async def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
         return [item async for item in self.store.list(prefix, limit=limit, reverse=reverse)]
@@ -82,10 +84,12 @@ class AsyncSaverIO:
         found = self.store.load_prefix(prefix, limit=1, reverse=True, before=before, allow_expired=True)
         return next(iter([key async for key, _ in found]), None)
 
-    async def save(self, key: str, envelope: Envelope, **condition: Any) -> Any:
-        return await self.store.save(key, envelope, **condition)
+    async def save(
+        self, key: str, envelope: Envelope, *, if_absent: bool = False, if_match: Token | None = None
+    ) -> Token:
+        return await self.store.save(key, envelope, if_absent=if_absent, if_match=if_match)
 
-    async def delete(self, key: str, token: Any) -> None:
+    async def delete(self, key: str, token: Token) -> None:
         try:
             await self.store.delete(key, token)
         except TokenMismatch:  # re-saved or removed meanwhile: what is there now stays

@@ -19,7 +19,7 @@ import functools
 import hashlib
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 from langchain_core.runnables import RunnableConfig
@@ -34,16 +34,21 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from berth._envelope import Envelope
 from berth._errors import IntegrityError, where
-from berth._store import Parked
+from berth._plan import role
+from berth._store import Listing, Parked
+from berth._token import Token
 
 __all__ = [
+    "CONTENT_TYPE",
     "DEFAULT_DEADLINE",
     "PAGE",
     "PROVIDER",
+    "BodyCodec",
     "CheckpointBody",
     "Loaded",
     "Parts",
     "SaverState",
+    "SaverSteps",
     "WritesBody",
     "any_body",
     "bound",
@@ -109,11 +114,83 @@ def segment(value: str) -> str:
     return out
 
 
-class CheckpointBody(msgspec.Struct):
-    """A checkpoint frame's sealed body: where it belongs, then the serializer's bytes (base64 in the JSON).
+@role
+class SaverSteps(Protocol):
+    """The savers' steps in plans (`berth._plan.step`): the store calls they make, and the question store's.
 
-    Typed, so msgspec decodes the base64 itself (binascii's was ~3.5 ns a byte: ~9 us of a
-    2 KiB chat checkpoint, a third of LangGraph's whole get_tuple) and refuses any other shape.
+    `berth.langgraph._io.SaverIO` plays it over a `berth.Store`; `AsyncSaverIO`, awaited, over a
+    `berth.aio.AsyncStore`.
+    """
+
+    def ask(self, key: str, value: Any, deadline: datetime, question_id: str) -> None:
+        """Park an interrupt's question (once: a question already asked is kept)."""
+        ...
+
+    def consume(self, key: str, question_id: str) -> None:
+        """Consume an interrupt's question: it was answered by a resume."""
+        ...
+
+    def asked(self, prefix: str, limit: int) -> list[str]:
+        """The keys of up to `limit` open questions under `prefix`."""
+        ...
+
+    def exists(self, key: str) -> bool:
+        """Whether a frame is parked at `key` (expired or not)."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Pause between looks at a held run lease."""
+        ...
+
+    def clear_expired(self, key: str) -> None:
+        """Delete the frame at `key` if it is past its deadline."""
+        ...
+
+    def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
+        """The listings (headers only) under `prefix`."""
+        ...
+
+    def unseen(self, prefix: str, after: str, seen: frozenset[str], before: str | None = None) -> None:
+        """Refuse (`IntegrityError`) a key in the range read that a witness saw parked but `seen` lacks."""
+        ...
+
+    def load(self, key: str) -> Parked | None:
+        """`Store.load`."""
+        ...
+
+    def load_many(self, keys: Sequence[str]) -> list[Parked | None]:
+        """`Store.load_many`: each key's frame, opened, or None."""
+        ...
+
+    def frames(
+        self, prefix: str, limit: int | None = None, reverse: bool = False, before: str | None = None
+    ) -> list[tuple[str, Parked]]:
+        """`Store.load_prefix`: the frames under `prefix`, opened, in key order (or reversed)."""
+        ...
+
+    def last_key(self, prefix: str, before: str | None) -> str | None:
+        """The last key under `prefix` before `before`, or None."""
+        ...
+
+    def save(self, key: str, envelope: Envelope, *, if_absent: bool = False, if_match: Token | None = None) -> Token:
+        """`Store.save`."""
+        ...
+
+    def delete(self, key: str, token: Token) -> None:
+        """`Store.delete`; a frame re-saved or removed meanwhile is left as it is."""
+        ...
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every frame under `prefix`; how many."""
+        ...
+
+
+class CheckpointBody(msgspec.Struct):
+    """A checkpoint frame's sealed body: where it belongs, then the serializer's typed bytes as they are.
+
+    Written as MessagePack (`CONTENT_TYPE`, a binary state: the serializer's bytes are msgpack
+    `bin`, copied in and out, never base64); frames written before binary state hold it as JSON
+    (the bytes base64), and still open. Typed, so msgspec refuses any other shape.
     """
 
     thread_id: str
@@ -137,12 +214,36 @@ class WritesBody(msgspec.Struct):
     writes: list[tuple[int, str, str, bytes]]
 
 
-encode_body = msgspec.json.Encoder().encode
-checkpoint_body = msgspec.json.Decoder(CheckpointBody)
-writes_body = msgspec.json.Decoder(WritesBody)
-any_body = msgspec.json.Decoder(dict[str, Any])
+CONTENT_TYPE = "application/vnd.berth.langgraph+msgpack"
+"""The content type of the savers' bodies: a MessagePack map (`CheckpointBody`, `WritesBody`)."""
+
+encode_body = msgspec.msgpack.Encoder().encode
 _Body = TypeVar("_Body")
-Loaded = tuple[str, Parked | None, list[tuple[str, Parked | None]]]
+
+
+class BodyCodec(Generic[_Body]):
+    """How a body is read: MessagePack (binary state, `CONTENT_TYPE`), or JSON (frames written before it)."""
+
+    __slots__ = ("json", "msgpack", "what")
+
+    def __init__(self, kind: type[_Body], what: str):
+        self.msgpack = msgspec.msgpack.Decoder(kind)
+        self.json = msgspec.json.Decoder(kind)
+        self.what = what
+
+    def decode(self, env: Envelope) -> _Body:
+        """`env`'s state as a body; raises `msgspec.DecodeError`/`ValidationError`, or `ValueError`."""
+        if env.content_type == CONTENT_TYPE:
+            return self.msgpack.decode(env.provider_state)
+        if env.content_type is None:
+            return self.json.decode(env.provider_state)
+        raise ValueError(env.content_type)
+
+
+checkpoint_body = BodyCodec(CheckpointBody, "checkpoint")
+writes_body = BodyCodec(WritesBody, "pending writes")
+any_body = BodyCodec(dict[str, Any], "checkpoint or pending writes")
+Loaded = tuple[str, Parked | None, Sequence[tuple[str, Parked | None]]]
 """A checkpoint's key and frame as loaded (None: gone meanwhile), with its writes' keys and frames."""
 
 
@@ -228,21 +329,18 @@ def is_checkpoint(saver: SaverState, key: str) -> bool:
 # -- frames -----------------------------------------------------------------------------------
 
 
-def bound(
-    saver: SaverState, key: str, parked: Parked, want: dict[str, str], decoder: msgspec.json.Decoder[_Body]
-) -> _Body:
-    """The sealed body at `key` as `decoder` reads it, after checking it names what the key does."""
+def bound(saver: SaverState, key: str, parked: Parked, want: dict[str, str], codec: BodyCodec[_Body]) -> _Body:
+    """The sealed body at `key` as `codec` reads it, after checking it names what the key does."""
     env = parked.envelope
     body: _Body | None = None
     if env.provider == PROVIDER:
         try:
-            body = decoder.decode(env.provider_state)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+            body = codec.decode(env)
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
             pass
     if body is None or not _names(body, want):
         raise IntegrityError(
-            f"frame at {where(saver.identity, key)} is not the LangGraph "
-            f"{'pending writes' if decoder is writes_body else 'checkpoint'} its key names: refused",
+            f"frame at {where(saver.identity, key)} is not the LangGraph {codec.what} its key names: refused",
             identity=saver.identity,
             key=key,
         )
@@ -266,6 +364,7 @@ def checkpoint_envelope(
     env = Envelope(
         provider=PROVIDER,
         provider_state=encode_body(body),
+        content_type=CONTENT_TYPE,
         run_id=run_id if isinstance(run_id, str) else "",
         reason="checkpoint",
     )

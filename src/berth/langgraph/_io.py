@@ -1,5 +1,5 @@
 # generated from src/berth/langgraph/_aio_io.py by scripts/twin.py — do not edit: change the source and run the script
-"""`SaverIO`: the store calls the savers' plans make (their role "io"), over a `berth.Store`."""
+"""`SaverIO`: the savers' plans' steps (`SaverSteps`), over a `berth.Store`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from berth._envelope import Envelope
 from berth._errors import Expired, TokenMismatch
 from berth._store import Listing, Parked, Store
+from berth._token import Token
 from berth.langgraph._questions import ask_once, asked_keys, questions_over, refuse_unseen
 
 __all__ = ["SaverIO"]
@@ -42,7 +43,8 @@ class SaverIO:
         try:
             self.store.load(key)
         except Expired as exc:
-            self.delete(key, exc.token)
+            if exc.token is not None:
+                self.delete(key, exc.token)
 
     def heads(self, prefix: str, limit: int | None = None, reverse: bool = False) -> list[Listing]:
         return [item for item in self.store.list(prefix, limit=limit, reverse=reverse)]
@@ -65,10 +67,10 @@ class SaverIO:
         found = self.store.load_prefix(prefix, limit=1, reverse=True, before=before, allow_expired=True)
         return next(iter([key for key, _ in found]), None)
 
-    def save(self, key: str, envelope: Envelope, **condition: Any) -> Any:
-        return self.store.save(key, envelope, **condition)
+    def save(self, key: str, envelope: Envelope, *, if_absent: bool = False, if_match: Token | None = None) -> Token:
+        return self.store.save(key, envelope, if_absent=if_absent, if_match=if_match)
 
-    def delete(self, key: str, token: Any) -> None:
+    def delete(self, key: str, token: Token) -> None:
         try:
             self.store.delete(key, token)
         except TokenMismatch:  # re-saved or removed meanwhile: what is there now stays

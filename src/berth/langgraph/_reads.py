@@ -1,4 +1,4 @@
-"""The savers' reads, as plans over the role "io": the latest checkpoint, one by id, and pages of history.
+"""The savers' reads, as plans over the role `SaverSteps`: the latest checkpoint, one by id, and pages of history.
 
 A checkpoint's writes (`c/<id>/<task>`) sort right after it, so one newest-first ordered load of
 ``c/`` (`Store.load_prefix(..., limit=n, reverse=True)`) meets each checkpoint's writes just before
@@ -14,12 +14,13 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, get_checkpoint_id
 
-from berth._plan import Plan, call
+from berth._plan import Plan, step
 from berth._store import Listing, Parked
 from berth.langgraph._frames import (
     PAGE,
     Loaded,
     SaverState,
+    SaverSteps,
     checkpoint_key,
     configurable,
     ns_prefix,
@@ -99,7 +100,7 @@ def _newest(prefix: str, count: int, before: str | None = None) -> Plan[list[Loa
     """
     size = 2 * count
     while True:
-        rows = yield call("io", "frames", prefix, size, True, before)
+        rows = yield from step(SaverSteps.frames, prefix, size, True, before)
         out: list[Loaded] = []
         writes: dict[str, list[tuple[str, Parked | None]]] = {}
         for key, parked in rows:
@@ -114,18 +115,18 @@ def _newest(prefix: str, count: int, before: str | None = None) -> Plan[list[Loa
             # nothing the witness saw parked in the range read is gone: a deleted newest
             # checkpoint is refused, never served as the one before it
             after = out[-1][0] if len(out) == count else ""
-            yield call("io", "unseen", prefix, after, frozenset(key for key, _ in rows), before)
+            yield from step(SaverSteps.unseen, prefix, after, frozenset(key for key, _ in rows), before)
             return out
         size *= 4
 
 
 def _at(key: str) -> Plan[list[Loaded]]:
     """The checkpoint at `key` with its writes, opened: [] when there is none."""
-    parked = yield call("io", "load", key)
+    parked = yield from step(SaverSteps.load, key)
     if parked is None:
         return []
-    writes = yield call("io", "frames", key + "/")
-    yield call("io", "unseen", key + "/", "", frozenset(k for k, _ in writes))
+    writes = yield from step(SaverSteps.frames, key + "/")
+    yield from step(SaverSteps.unseen, key + "/", "", frozenset(k for k, _ in writes))
     return [(key, parked, writes)]
 
 
@@ -162,7 +163,7 @@ def _namespaces(base: str) -> Plan[list[str]]:
     spaces: list[str] = []
     before: str | None = None
     while True:
-        key = yield call("io", "last_key", base, before)
+        key = yield from step(SaverSteps.last_key, base, before)
         if key is None:
             return spaces
         before = f"{base}{key[len(base) :].split('/', 1)[0]}/"
@@ -174,15 +175,15 @@ def _list_everything(
 ) -> Plan[list[CheckpointTuple]]:
     """`list` with no thread: every checkpoint under the prefix, from one listing of their keys."""
     prefix = saver.prefix
-    rows = yield call("io", "heads", prefix, None, True)
-    yield call("io", "unseen", prefix, "", frozenset(row.key for row in rows))
+    rows = yield from step(SaverSteps.heads, prefix, None, True)
+    yield from step(SaverSteps.unseen, prefix, "", frozenset(row.key for row in rows))
     candidates = _checkpoints(saver, rows, only, before_id)
     out: list[CheckpointTuple] = []
     page = PAGE if limit is None else min(PAGE, limit)
     for start in range(0, len(candidates), page):
         chunk = candidates[start : start + page]
         # each checkpoint of the page and all their writes in one batched load
-        loaded = yield call("io", "load_many", [k for key, wkeys in chunk for k in (key, *wkeys)])
+        loaded = yield from step(SaverSteps.load_many, [k for key, wkeys in chunk for k in (key, *wkeys)])
         found: list[Loaded] = []
         at = 0
         for key, wkeys in chunk:

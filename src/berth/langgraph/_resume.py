@@ -1,4 +1,4 @@
-"""An interrupt resumed exactly once, as plans over the role "io": the claim (one conditional write per
+"""An interrupt resumed exactly once, as plans over the role `SaverSteps`: the claim (one conditional write per
 interrupt, the commit point), the run lease, and handing back what a failed or cancelled claim took."""
 
 from __future__ import annotations
@@ -16,9 +16,17 @@ from langgraph.types import StateSnapshot
 
 from berth._envelope import Envelope
 from berth._errors import Expired, TokenMismatch, where
-from berth._plan import Plan, call, commit, settle
+from berth._plan import Plan, commit, settle, step
 from berth._token import Token
-from berth.langgraph._frames import PROVIDER, SaverState, claim_key, ns_prefix, question_key, segment
+from berth.langgraph._frames import (
+    PROVIDER,
+    SaverState,
+    SaverSteps,
+    claim_key,
+    ns_prefix,
+    question_key,
+    segment,
+)
 
 __all__ = ["Claim", "check_deadline", "claim", "cleanup", "delivered", "release", "unclaim"]
 
@@ -114,13 +122,15 @@ def claim(saver: SaverState, snapshot: StateSnapshot, value: Any, deadline: time
         record = Envelope(provider=PROVIDER, provider_state=orjson.dumps(body), reason="resume claimed")
         key = claim_key(saver, thread, ns, cid, iid)
         try:  # the commit point: one conditional write per interrupt, before the graph runs
-            token = yield commit(call("io", "save", key, record, if_absent=True), undo=functools.partial(_delete, key))
+            token = yield from commit(
+                step(SaverSteps.save, key, record, if_absent=True), undo=functools.partial(_delete, key)
+            )
         except TokenMismatch:
             continue
         won.resume[iid], won.tokens[iid], won.prompts[iid] = answer, token, pending[iid]
     for iid in list(won.resume):
         ask = functools.partial(_ask_again, saver, won, iid)  # cancelled later: the question is back first
-        yield commit(call("io", "consume", question_key(saver, thread, ns, cid, iid), iid), undo=ask)
+        yield from commit(step(SaverSteps.consume, question_key(saver, thread, ns, cid, iid), iid), undo=ask)
     if won.resume:
         yield from _lease(saver, won)
     return won
@@ -135,10 +145,10 @@ def _plain_value_binds(saver: SaverState, thread: str, ns: str, cid: str, iid: s
     been given for an earlier interrupt -- a retried delivery -- so it binds to nothing.
     """
     base = ns_prefix(saver, thread, ns)
-    claimed = yield call("io", "heads", base + "r/", 1)
+    claimed = yield from step(SaverSteps.heads, base + "r/", 1)
     if claimed:
         return False
-    asked: list[str] = yield call("io", "asked", base + "q/", 2)
+    asked: list[str] = yield from step(SaverSteps.asked, base + "q/", 2)
     return all(key == question_key(saver, thread, ns, cid, iid) for key in asked)
 
 
@@ -170,15 +180,15 @@ def _lease(saver: SaverState, won: Claim) -> Plan[None]:
         lease = Envelope(provider=PROVIDER, provider_state=body, reason="resume running", deadline=saver.now() + _LEASE)
         try:
             # the lease held, the resume is the caller's: a cancellation from here on is withdrawn
-            won.lease_token = yield commit(
-                call("io", "save", won.lease_key, lease, if_absent=True),
+            won.lease_token = yield from commit(
+                step(SaverSteps.save, won.lease_key, lease, if_absent=True),
                 undo=functools.partial(_delete, won.lease_key),
                 delivers=True,
             )
         except TokenMismatch:
             _check_due(saver, won)
-            yield call("io", "clear_expired", won.lease_key)  # a resumer that died holding it
-            yield call("io", "sleep", pause)
+            yield from step(SaverSteps.clear_expired, won.lease_key)  # a resumer that died holding it
+            yield from step(SaverSteps.sleep, pause)
             pause = min(pause * 2, _LEASE_POLL[1])
             continue
         _check_due(saver, won)
@@ -188,14 +198,14 @@ def _lease(saver: SaverState, won: Claim) -> Plan[None]:
 def release(won: Claim) -> Plan[None]:
     """Release the run lease `won` holds, if any."""
     if won.lease_token is not None:
-        yield call("io", "delete", won.lease_key, won.lease_token)
+        yield from step(SaverSteps.delete, won.lease_key, won.lease_token)
         won.lease_token = None
     return None
 
 
 def _delete(key: str, token: Token) -> Plan[None]:
     """Delete what a commit wrote at `key` (an `undo` of `berth._plan.commit`)."""
-    yield call("io", "delete", key, token)
+    yield from step(SaverSteps.delete, key, token)
     return None
 
 
@@ -203,7 +213,7 @@ def _ask_again(saver: SaverState, won: Claim, iid: str, _consumed: Any = None) -
     """Ask the question of interrupt `iid` again (it was consumed by a claim being handed back)."""
     thread, ns, cid = won.where
     if won.due is not None:
-        yield call("io", "ask", question_key(saver, thread, ns, cid, iid), won.prompts[iid], won.due, iid)
+        yield from step(SaverSteps.ask, question_key(saver, thread, ns, cid, iid), won.prompts[iid], won.due, iid)
     return None
 
 
@@ -217,7 +227,7 @@ def unclaim(saver: SaverState, won: Claim) -> Plan[None]:
     for iid in list(won.tokens):
         # asked again whether or not its consume got that far (a question still pending is kept)
         yield from _ask_again(saver, won, iid)
-        yield call("io", "delete", claim_key(saver, thread, ns, cid, iid), won.tokens.pop(iid))
+        yield from step(SaverSteps.delete, claim_key(saver, thread, ns, cid, iid), won.tokens.pop(iid))
         won.resume.pop(iid, None)
     yield from release(won)
     return None

@@ -24,7 +24,7 @@ from berth._plan import InThreads, Plan, arun, run
 from berth._store import Store
 from berth.backends._aio import ThreadedBackend
 from berth.langgraph._aio_io import AsyncSaverIO
-from berth.langgraph._frames import DEFAULT_DEADLINE
+from berth.langgraph._frames import DEFAULT_DEADLINE, SaverSteps
 from berth.langgraph._io import SaverIO
 from berth.langgraph._reads import get_tuple, list_tuples
 from berth.langgraph._resume import Claim, check_deadline, claim, cleanup, delivered, release, unclaim
@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 
 class SaverCore(BaseCheckpointSaver[Any]):
-    """The savers' logic, once: every operation is a plan (`berth._plan`) over the role "io"."""
+    """The savers' logic, once: every operation is a plan (`berth._plan`) over the role `SaverSteps`."""
 
     _sync_io: Any  # a SaverIO (tests wrap it to count the calls a read makes)
     identity: str
@@ -44,8 +44,8 @@ class SaverCore(BaseCheckpointSaver[Any]):
     default_deadline: timedelta = DEFAULT_DEADLINE
     now: Callable[[], datetime]
     _async_run: Callable[[Plan[Any]], Any]
-    _async_targets: Callable[[], dict[str, Any]]
-    """The "io" role awaited one step at a time (`aresume_once`'s claim, which a cancellation stops between steps)."""
+    _async_targets: Callable[[], dict[Any, Any]]
+    """`SaverSteps` awaited one step at a time (`aresume_once`'s claim, which a cancellation stops between steps)."""
 
     def __init__(self, *, identity: str, prefix: str, serde: SerializerProtocol | None):
         super().__init__(serde=serde)
@@ -57,7 +57,7 @@ class SaverCore(BaseCheckpointSaver[Any]):
     # -- the BaseCheckpointSaver API ----------------------------------------------------------
 
     def _run(self, plan: Plan[T]) -> T:
-        return run(plan, {"io": self._sync_io})
+        return run(plan, {SaverSteps: self._sync_io})
 
     async def _async_read(self, plan: Plan[T]) -> T:
         """A read plan (`aget_tuple`, `alist`), awaited."""
@@ -183,8 +183,8 @@ class BerthSaver(SaverCore):
     async def _async_run(self, plan: Plan[T]) -> T:
         return await asyncio.to_thread(self._run, plan)
 
-    def _async_targets(self) -> dict[str, Any]:
-        return {"io": InThreads(self._sync_io)}
+    def _async_targets(self) -> dict[Any, Any]:
+        return {SaverSteps: InThreads(self._sync_io)}
 
 
 class AsyncBerthSaver(SaverCore):
@@ -203,10 +203,10 @@ class AsyncBerthSaver(SaverCore):
         self._async_io = AsyncSaverIO(store)
 
     async def _async_run(self, plan: Plan[T]) -> T:
-        return await arun(plan, {"io": self._async_io})
+        return await arun(plan, {SaverSteps: self._async_io})
 
-    def _async_targets(self) -> dict[str, Any]:
-        return {"io": self._async_io}
+    def _async_targets(self) -> dict[Any, Any]:
+        return {SaverSteps: self._async_io}
 
     async def _async_read(self, plan: Plan[T]) -> T:
         """Over a sync backend in worker threads (SQLite, file...): the whole read in one hop, on its twin.

@@ -1,4 +1,4 @@
-"""The savers' writes, as plans over the role "io": checkpoints, pending writes (their interrupts asked as
+"""The savers' writes, as plans over the role `SaverSteps`: checkpoints, pending writes (their interrupts asked as
 berth questions), and deleting, copying and pruning threads."""
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from langgraph.checkpoint.serde.types import INTERRUPT
 
 from berth._envelope import Envelope
 from berth._errors import TokenMismatch
-from berth._plan import Plan, call
+from berth._plan import Plan, step
 from berth._store import Listing
 from berth.langgraph._frames import (
+    CONTENT_TYPE,
     PAGE,
     PROVIDER,
     SaverState,
+    SaverSteps,
     WritesBody,
     any_body,
     bound,
@@ -44,7 +46,7 @@ def put(
 ) -> Plan[RunnableConfig]:
     """Seal and save `checkpoint` (one frame); the config that names it."""
     key, env, stored = checkpoint_envelope(saver, config, checkpoint, metadata)
-    yield call("io", "save", key, env)
+    yield from step(SaverSteps.save, key, env)
     return stored
 
 
@@ -67,15 +69,17 @@ def put_writes(
     merged = dict(new)
     while True:
         body = WritesBody(thread, ns, cid, str(task_id), task_path, sorted(merged.values(), key=lambda w: w[0]))
-        env = Envelope(provider=PROVIDER, provider_state=encode_body(body), reason="pending writes")
+        env = Envelope(
+            provider=PROVIDER, provider_state=encode_body(body), content_type=CONTENT_TYPE, reason="pending writes"
+        )
         try:
-            yield call("io", "save", key, env, **condition)
+            yield from step(SaverSteps.save, key, env, **condition)
         except TokenMismatch:
             pass
         else:
             yield from _ask(saver, thread, ns, cid, str(task_id), writes)
             return None
-        parked = yield call("io", "load", key)
+        parked = yield from step(SaverSteps.load, key)
         if parked is None:
             condition, merged = {"if_absent": True}, dict(new)
             continue
@@ -99,24 +103,24 @@ def _ask(saver: SaverState, thread: str, ns: str, cid: str, task: str, writes: S
             continue
         for i, item in enumerate(value if isinstance(value, (list, tuple)) else [value], 1):
             interrupt_id = str(getattr(item, "id", "") or f"{task}-{i}")
-            claimed = yield call("io", "exists", claim_key(saver, thread, ns, cid, interrupt_id))
+            claimed = yield from step(SaverSteps.exists, claim_key(saver, thread, ns, cid, interrupt_id))
             if claimed:  # raised again by a branch re-run while its own resume waits its turn
                 continue
             key = question_key(saver, thread, ns, cid, interrupt_id)
-            yield call("io", "ask", key, item, saver.now() + saver.default_deadline, interrupt_id)
+            yield from step(SaverSteps.ask, key, item, saver.now() + saver.default_deadline, interrupt_id)
     return None
 
 
 def delete_thread(saver: SaverState, thread_id: str) -> Plan[None]:
     """Delete every checkpoint and pending write of the thread."""
-    yield call("io", "delete_prefix", thread_prefix(saver, str(thread_id)))
+    yield from step(SaverSteps.delete_prefix, thread_prefix(saver, str(thread_id)))
     return None
 
 
 def _delete_checkpoints(rows: Sequence[Listing]) -> Plan[None]:
     for row in rows:
-        yield call("io", "delete", row.key, row.token)
-        yield call("io", "delete_prefix", row.key + "/")  # its writes
+        yield from step(SaverSteps.delete, row.key, row.token)
+        yield from step(SaverSteps.delete_prefix, row.key + "/")  # its writes
     return None
 
 
@@ -125,7 +129,7 @@ def delete_for_runs(saver: SaverState, run_ids: Sequence[str]) -> Plan[None]:
     wanted = {str(r) for r in run_ids}
     if not wanted:
         return None
-    rows = yield call("io", "heads", saver.prefix)
+    rows = yield from step(SaverSteps.heads, saver.prefix)
     doomed = [row for row in rows if is_checkpoint(saver, row.key) and row.run_id in wanted]
     yield from _delete_checkpoints(doomed)
     return None
@@ -135,19 +139,22 @@ def copy_thread(saver: SaverState, source: str, target: str) -> Plan[None]:
     """Copy every checkpoint and pending write of one thread to another (resealed, bound to the target)."""
     # checkpoints and their writes only: resume claims, run leases and questions belong to the
     # source's interrupts (a claim past its deadline would raise Expired on load)
-    listed = yield call("io", "heads", thread_prefix(saver, str(source)))
+    listed = yield from step(SaverSteps.heads, thread_prefix(saver, str(source)))
     rows = [row for row in listed if parts(saver, row.key).kind == "c"]
     dest = thread_prefix(saver, str(target))
     for start in range(0, len(rows), PAGE):
         keys = [row.key for row in rows[start : start + PAGE]]
-        loaded = yield call("io", "load_many", keys)
+        loaded = yield from step(SaverSteps.load_many, keys)
         for key, parked in zip(keys, loaded, strict=True):
             if parked is None:
                 continue
             body = bound(saver, key, parked, {"thread_id": str(source)}, any_body)
             body["thread_id"] = str(target)
-            env = parked.envelope.replace(provider_state=orjson.dumps(body), created_at=None)
-            yield call("io", "save", dest + key[len(thread_prefix(saver, str(source))) :], env)
+            # in the format it was read in: a JSON body (written before binary state) holds base64 text
+            binary = parked.envelope.content_type is not None
+            state = encode_body(body) if binary else orjson.dumps(body)
+            env = parked.envelope.replace(provider_state=state, created_at=None)
+            yield from step(SaverSteps.save, dest + key[len(thread_prefix(saver, str(source))) :], env)
     return None
 
 
@@ -159,7 +166,7 @@ def prune(saver: SaverState, thread_ids: Sequence[str], strategy: str) -> Plan[N
         if strategy == "delete":
             yield from delete_thread(saver, thread)
             continue
-        rows = yield call("io", "heads", thread_prefix(saver, str(thread)))
+        rows = yield from step(SaverSteps.heads, thread_prefix(saver, str(thread)))
         latest: dict[str, Listing] = {}
         for row in rows:
             split = parts(saver, row.key)
