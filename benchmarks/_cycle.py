@@ -163,7 +163,7 @@ def langgraph_postgres_variants(dsn: str, messages: list[dict[str, Any]], only: 
 
 # --- one group per backend ----------------------------------------------------------------
 
-BACKENDS = ("file", "sqlite", "postgres", "redis", "s3", "gcs", "dynamodb")
+BACKENDS = ("file", "sqlite", "postgres", "redis", "s3", "gcs", "dynamodb", "azblob")
 BUCKET = "berth-bench"
 
 
@@ -171,13 +171,27 @@ def backend_available(backend: str, ctx: dict[str, Any]) -> str | None:
     """None if the backend can be benchmarked here, else why not."""
     import importlib
 
-    module = {"postgres": "postgres", "redis": "redis", "s3": "s3", "gcs": "gcs", "dynamodb": "dynamodb"}.get(backend)
+    module = {
+        "postgres": "postgres",
+        "redis": "redis",
+        "s3": "s3",
+        "gcs": "gcs",
+        "dynamodb": "dynamodb",
+        "azblob": "azblob",
+    }.get(backend)
     if module:
         try:
             importlib.import_module(f"berth.backends.{module}")
         except ImportError as exc:
             return f"berth.backends.{module} does not import yet ({exc})"
-        server = {"postgres": "postgres", "redis": "redis", "s3": "moto", "gcs": "gcs", "dynamodb": "moto"}[backend]
+        server = {
+            "postgres": "postgres",
+            "redis": "redis",
+            "s3": "moto",
+            "gcs": "gcs",
+            "dynamodb": "moto",
+            "azblob": "azurite",
+        }[backend]
         if not ctx.get(server):
             return f"no {server} server ({ctx.get('skipped', {}).get(server, 'not started')})"
     return None
@@ -199,12 +213,14 @@ def berth_url(backend: str, ctx: dict[str, Any], tag: str) -> tuple[str, dict[st
         return f"gs://{BUCKET}/berth-{tag}", {}
     if backend == "dynamodb":  # one table, as all groups share one Redis database
         return f"dynamodb://{BUCKET}?endpoint_url={ctx['moto']}&region=us-east-1", {}
+    if backend == "azblob":
+        return f"azblob://{BUCKET}/berth-{tag}", {"connection_string": ctx["azurite"]}
     raise ValueError(backend)
 
 
 def make_floor(backend: str, ctx: dict[str, Any], tag: str) -> Any:
     """The raw-client floor of `backend`, on the same database, directory, server or bucket as berth."""
-    from _floors import DynamoDbFloor, FileFloor, GcsFloor, PostgresFloor, RedisFloor, S3Floor, SqliteFloor
+    from _floors import AzblobFloor, DynamoDbFloor, FileFloor, GcsFloor, PostgresFloor, RedisFloor, S3Floor, SqliteFloor
 
     if backend == "file":
         return FileFloor(f"{ctx['dir']}/floor-{tag}")
@@ -220,6 +236,8 @@ def make_floor(backend: str, ctx: dict[str, Any], tag: str) -> Any:
         return GcsFloor(BUCKET, prefix=f"floor-{tag}")
     if backend == "dynamodb":
         return DynamoDbFloor(ctx["moto"], BUCKET, prefix=f"floor-{tag}")
+    if backend == "azblob":
+        return AzblobFloor(ctx["azurite"], BUCKET, prefix=f"floor-{tag}")
     raise ValueError(backend)
 
 
@@ -237,7 +255,7 @@ def group(
 
 
 def prepare(ctx: dict[str, Any]) -> None:
-    """Create the buckets the object-store backends need (berth never creates buckets)."""
+    """Create the buckets and the container the object-store backends need (opening a store creates none)."""
     if ctx.get("moto"):
         import boto3
 
@@ -263,3 +281,9 @@ def prepare(ctx: dict[str, Any]) -> None:
         except Conflict:
             pass
         gcs.close()
+    if ctx.get("azurite"):
+        from berth.backends.azblob import AzureBlobBackend
+
+        container = AzureBlobBackend(BUCKET, connection_string=ctx["azurite"])
+        container.setup()
+        container.close()

@@ -367,6 +367,48 @@ class DynamoDbFloor(_Sealed):
         self.client.close()
 
 
+# --- Azure Blob Storage -------------------------------------------------------------------
+
+
+class AzblobFloor(_Sealed):
+    """azure-storage-blob: upload_blob (its ETag), download_blob, delete_blob(etag, IfNotModified)."""
+
+    def __init__(self, connection_string: str, container: str, prefix: str = "floor"):
+        from azure.storage.blob import ContainerClient
+
+        super().__init__()
+        self.client = ContainerClient.from_connection_string(connection_string, container)
+        self.prefix = prefix
+
+    def save(self, name: str, obj: Any) -> str:
+        blob = self.client.get_blob_client(f"{self.prefix}/{name}")
+        return str(blob.upload_blob(self.seal(name, obj), overwrite=True)["etag"])
+
+    def load(self, name: str) -> tuple[Any, str] | None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            downloader = self.client.get_blob_client(f"{self.prefix}/{name}").download_blob()
+            data = downloader.readall()
+        except ResourceNotFoundError:
+            return None
+        return self.open(name, data), str(downloader.properties.etag)
+
+    def delete(self, name: str, etag: str) -> None:
+        from azure.core import MatchConditions
+        from azure.core.exceptions import HttpResponseError
+
+        try:
+            self.client.get_blob_client(f"{self.prefix}/{name}").delete_blob(
+                etag=etag, match_condition=MatchConditions.IfNotModified
+            )
+        except HttpResponseError as exc:
+            raise Conflict(name) from exc
+
+    def close(self) -> None:
+        self.client.close()
+
+
 # --- GCS ----------------------------------------------------------------------------------
 
 

@@ -32,6 +32,7 @@ NAMES = {
     "redis": "Redis",
     "s3": "S3 (moto)",
     "gcs": "GCS (fake-gcs-server)",
+    "azblob": "Azure Blob (Azurite)",
 }
 
 

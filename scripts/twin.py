@@ -85,9 +85,17 @@ _COORDINATOR = {
 
 _PG_POOL = {"AsyncConnection": "Connection", "AsyncCursor": "Cursor", "AsyncLease": "Lease", "AsyncPool": "Pool"}
 
+_AZBLOB = {
+    "AsyncAzureBlobBackend": "AzureBlobBackend",
+    "AsyncBackend": "Backend",
+    "aclose": "close",
+    "awaited on azure-storage-blob's `aio` client": "on azure-storage-blob's sync client",
+}
+
 TWINS: tuple[Twin, ...] = (
     Twin("src/berth/_aio_coordinator.py", "src/berth/_coordinator.py", _COORDINATOR),
     Twin("src/berth/_aio_questions.py", "src/berth/_questions.py", _QUESTIONS),
+    Twin("src/berth/backends/azblob/_aio_backend.py", "src/berth/backends/azblob/_backend.py", _AZBLOB),
     Twin("src/berth/backends/postgres/_aio_pool.py", "src/berth/backends/postgres/_pool.py", _PG_POOL),
     Twin("src/berth/langgraph/_aio_io.py", "src/berth/langgraph/_io.py", _SAVER_IO),
 )

@@ -5,8 +5,8 @@ missing, except under CI=true, where it fails instead (.ci/run starts the
 servers; `./dev test` installs every client). Under CI=true any other skip
 fails too, unless its reason is on the short allow-list in tests/_skip_rule.py
 (documented emulator limits, opt-in slow trials). moto and fake-gcs-server
-come from PyPI, so the suite starts them itself when no running one is named
-in the environment.
+come from PyPI and Azurite from npm (.ci/run installs it), so the suite starts
+them itself when no running one is named in the environment.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
+from tests._azurite import azurite_command, connection_string
 from tests._moto import moto_command
-from tests._net import free_port, wait_http
+from tests._net import free_port, wait_http, wait_port
 from tests._redis_cluster import LocalCluster
 from tests._skip_rule import CI, pytest_make_collect_report, pytest_runtest_makereport
 
@@ -221,3 +222,34 @@ def gcs_emulator() -> Iterator[str]:
         process.stderr.close()
         if previous is not None:
             os.environ["STORAGE_EMULATOR_HOST"] = previous
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # a loaded machine can take longer to let it exit
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A connection string for Azurite's blob service (BERTH_TEST_AZURITE_URL, or one started for this session)."""
+    given = os.environ.get("BERTH_TEST_AZURITE_URL")
+    if given:
+        yield connection_string(given.rstrip("/"))
+        return
+    port = free_port()
+    command = azurite_command(port)
+    if command is None:
+        unavailable("Azurite", "azurite-blob is not installed: CONTRIBUTING.md says how (.ci/run installs it)")
+    proc = subprocess.Popen(
+        command, cwd=tmp_path_factory.mktemp("azurite"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        if not wait_port("127.0.0.1", port, timeout=60):  # node starts slowly on a loaded machine
+            unavailable("Azurite", f"azurite-blob did not start on port {port}")
+        yield connection_string(f"http://127.0.0.1:{port}/devstoreaccount1")
+    finally:
+        _stop(proc)

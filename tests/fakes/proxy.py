@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 __all__ = ["Fault", "FaultyProxy"]
 
-ACTIONS = ("429", "503", "slowdown", "throttle", "reset", "503_after", "reset_after")
+ACTIONS = ("429", "503", "slowdown", "throttle", "serverbusy", "reset", "503_after", "reset_after")
 
 
 @dataclass
@@ -108,6 +108,9 @@ class FaultyProxy:
                     body = b'{"__type":"' + kind + b'","message":"The level of configured provisioned throughput '
                     body += b'for the table was exceeded."}'
                     self._answer(400, body, [("Content-Type", "application/x-amz-json-1.0")])
+                if action == "serverbusy":  # Azure Storage's throttle: refused before it was applied
+                    xml = b"<Error><Code>ServerBusy</Code><Message>The server is busy.</Message></Error>"
+                    self._answer(503, xml, [("Content-Type", "application/xml"), ("x-ms-error-code", "ServerBusy")])
                     return
                 if action in ("429", "503"):
                     self._answer(int(action), b"injected", [("Content-Type", "text/plain")])

@@ -255,7 +255,7 @@ def url_opener(url: str, identity: str | None = None, **options: Any) -> Opener:
 
 
 def network_opener(backend: str, address: str, *, witness: bool = False) -> Opener:
-    """A store on a network backend: `address` is the DSN, Redis URL or moto endpoint.
+    """A store on a network backend: `address` is the DSN, Redis URL, moto endpoint or Azurite connection string.
 
     `witness` (PostgreSQL and Redis): a witness in another table or under another key prefix.
     """
@@ -285,6 +285,14 @@ def network_opener(backend: str, address: str, *, witness: bool = False) -> Open
         table.setup()
         table.close()
         return url_opener(f"dynamodb://{table.table}", endpoint_url=address, region_name="us-east-1")
+    if backend == "azblob":  # `address`: Azurite's connection string
+        from berth.backends.azblob import AzureBlobBackend
+
+        container = f"reliability-{secrets.token_hex(8)}"
+        setup = AzureBlobBackend(container, connection_string=address)
+        setup.setup()
+        setup.close()
+        return url_opener(f"azblob://{container}/races", connection_string=address)
     raise ValueError(backend)
 
 

@@ -235,6 +235,7 @@ _PG = Entry("berth.backends.postgres:PostgresBackend", "postgres", "berth.backen
 _REDIS = Entry("berth.backends.redis:RedisBackend", "redis", "berth.backends.redis:AsyncRedisBackend")
 _CLUSTER = Entry("berth.backends.redis:RedisClusterBackend", "redis", "berth.backends.redis:AsyncRedisClusterBackend")
 _schemes: dict[str, Entry] = {  # alphabetical
+    "azblob": Entry("berth.backends.azblob:AzureBlobBackend", "azblob", "berth.backends.azblob:AsyncAzureBlobBackend"),
     "dynamodb": Entry("berth.backends.dynamodb:DynamoDbBackend", "dynamodb"),
     "file": Entry("berth.backends.file:FileBackend"),
     "gs": Entry("berth.backends.gcs:GcsBackend", "gcs"),
