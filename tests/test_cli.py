@@ -44,6 +44,7 @@ COMMANDS = [
     "sweep",
     "reseal",
     "verify",
+    "delete-prefix",
     "questions",
     "answer",
     "keys",

@@ -287,50 +287,81 @@ class AsyncStore:
         except Exception as exc:
             self._core.reraise(exc, prefix or "*", what)
 
-    async def delete_prefix(self, prefix: str) -> int:
+    async def _walk(
+        self, prefix: str, after: str | None, progress: Callable[[str], None] | None, what: str
+    ) -> AsyncIterator[Any]:
+        """The heads a bulk call walks, as `Store._walk`: key order when it resumes or reports progress."""
+        core = self._core
+        full = core.prefix + prefix
+        if after is not None or progress is not None:
+            rows = self.backend.sorted_heads(full, core.head_read, limit=None, reverse=False)
+        else:
+            rows = self.backend.heads(full, core.head_read)
+        async for row in self._peeked(rows, prefix, what):
+            if after is None or row[0] > after:
+                yield row
+
+    async def delete_prefix(
+        self, prefix: str, *, after: str | None = None, on_progress: Callable[[str], None] | None = None
+    ) -> int:
         """Delete every envelope under `prefix`, each conditionally, as `Store.delete_prefix`."""
         core = self._core
-        core.check_prefix(prefix)
+        core.check_walk(prefix, after)
         removed = 0
         batch: list[tuple[str, Token]] = []
         try:
-            async for key, _header, token, _ in self._peeked(
-                self.backend.heads(core.prefix + prefix, core.head_read), prefix, "delete_prefix"
-            ):
+            async for key, _header, token, _ in self._walk(prefix, after, on_progress, "delete_prefix"):
                 if token.is_zero:  # a value the backend could not read as one of its records, as Store's
+                    if on_progress is not None and not batch:
+                        on_progress(key)
                     continue
                 batch.append((key, token))
                 if len(batch) >= _DELETE_BATCH:
-                    removed += await arun(self.frames.delete_rows(batch), self._io)
+                    removed += await self._delete_batch(batch, on_progress)
                     batch = []
             if batch:
-                removed += await arun(self.frames.delete_rows(batch), self._io)
+                removed += await self._delete_batch(batch, on_progress)
         except Exception as exc:
             core.reraise(exc, prefix or "*", "delete_prefix")
         return removed
 
-    async def sweep(self, now: datetime | None = None, *, on_removed: Callable[[Listing], None] | None = None) -> int:
+    async def _delete_batch(self, batch: Sequence[tuple[str, Token]], on_progress: Callable[[str], None] | None) -> int:
+        removed: int = await arun(self.frames.delete_rows(batch), self._io)
+        if on_progress is not None:
+            for key, _ in batch:
+                on_progress(key)
+        return removed
+
+    async def sweep(
+        self,
+        now: datetime | None = None,
+        *,
+        on_removed: Callable[[Listing], None] | None = None,
+        prefix: str = "",
+        after: str | None = None,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> int:
         """Delete every envelope past its deadline, each conditionally, as `Store.sweep`.
 
         Streams as `Store.sweep` does: each expired frame is deleted as its page of headers
         arrives, and `on_removed` is called with its listing right after the delete.
         """
         core = self._core
+        core.check_walk(prefix, after)
         now = core.sweep_now(now)
         removed = 0
-        async for key, header, token, size in self._peeked(
-            self.backend.heads(core.prefix, core.head_read), "", "sweep"
-        ):
-            if not core.is_expired(header, now):
-                continue
-            try:
-                if not await arun(self.frames.sweep_one(key, token), self._io):
-                    continue
-            except Exception as exc:
-                core.reraise(exc, "*", "sweep")
-            removed += 1
-            if on_removed is not None:
-                on_removed(core.listing(key, header, token, size))
+        async for key, header, token, size in self._walk(prefix, after, on_progress, "sweep"):
+            if core.is_expired(header, now):
+                try:
+                    swept = await arun(self.frames.sweep_one(key, token), self._io)
+                except Exception as exc:
+                    core.reraise(exc, prefix or "*", "sweep")
+                if swept:
+                    removed += 1
+                    if on_removed is not None:
+                        on_removed(core.listing(key, header, token, size))
+            if on_progress is not None:
+                on_progress(key)
         return removed
 
     async def adopt(self) -> int:
@@ -357,14 +388,18 @@ class AsyncStore:
         self.frames.needs_witness("audit")
         return await arun(self.frames.audit(), self._io)
 
-    async def reseal(self) -> ResealReport:
+    async def reseal(
+        self, *, prefix: str = "", after: str | None = None, on_progress: Callable[[str], None] | None = None
+    ) -> ResealReport:
         """Re-seal every envelope not sealed by the sealer's current key, as `Store.reseal`."""
         core = self._core
+        core.check_walk(prefix, after)
         tally = core.reseal_tally()
-        async for key, header, _, _ in self._peeked(self.backend.heads(core.prefix, core.head_read), "", "reseal"):
-            if not tally.wants(key, header):
-                continue
-            tally.record(key, await self._reseal_one(key))
+        async for key, header, _, _ in self._walk(prefix, after, on_progress, "reseal"):
+            if tally.wants(key, header):
+                tally.record(key, await self._reseal_one(key))
+            if on_progress is not None:
+                on_progress(key)
         return tally.report()
 
     async def _reseal_one(self, key: str) -> BaseException | bool:

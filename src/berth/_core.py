@@ -594,6 +594,12 @@ class StoreCore:
         if not isinstance(prefix, str) or prefix.startswith("/") or _CONTROL.search(prefix):
             raise InvalidKey(f"invalid prefix {prefix!r} for identity {self.identity!r}", identity=self.identity)
 
+    def check_walk(self, prefix: str, after: str | None) -> None:
+        """A bulk walk's `prefix` and `after` (the key it resumes after), checked before any I/O."""
+        self.check_prefix(prefix)
+        if after is not None:
+            self.check_prefix(after)
+
     def sweep_now(self, now: datetime | None) -> datetime:
         now = now or self.clock()
         if now.tzinfo is None:

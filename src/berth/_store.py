@@ -320,6 +320,16 @@ class Store:
                 head, token = found
             yield self.core.peeked(name, head, token, size)
 
+    def _walk(
+        self, prefix: str, after: str | None, progress: Callable[[str], None] | None
+    ) -> Iterator[tuple[str, Header | Unreadable, Token, int]]:
+        """The heads a bulk call walks: any order, or key order from after `after` when it resumes
+        (`after`) or reports progress (`progress`), so that a walk cut short resumes where it stopped."""
+        if after is None and progress is None:
+            return self._heads(prefix)
+        rows = self._heads(prefix, ordered=True)
+        return rows if after is None else (row for row in rows if row[0] > after)
+
     def list(self, prefix: str = "", *, limit: int | None = None, reverse: bool = False) -> Iterator[Listing]:
         """Stream what is parked under `prefix` in key order, from cleartext headers: no keys needed.
 
@@ -398,7 +408,9 @@ class Store:
                 if parked is not None:  # a witnessed load of a key that left meanwhile
                     yield key, parked
 
-    def delete_prefix(self, prefix: str) -> int:
+    def delete_prefix(
+        self, prefix: str, *, after: str | None = None, on_progress: Callable[[str], None] | None = None
+    ) -> int:
         """Delete every envelope whose key starts with `prefix`, each only if unchanged since read.
 
         An envelope re-saved meanwhile survives (as in `sweep`); frames that do not open
@@ -407,29 +419,52 @@ class Store:
         Batched where the backend can (one transaction or statement per 500 on SQLite,
         PostgreSQL and Redis).
 
+        Args:
+            prefix: only keys starting with it.
+            after: resume a walk cut short: only keys that sort after it (the walk is in key order).
+            on_progress: called with each key walked, in key order, once it is dealt with (a
+                batch's keys after the batch's delete); given, the walk is in key order.
+
         Returns:
             How many envelopes were deleted.
 
         Raises:
-            InvalidKey: a prefix with control characters or a leading "/" (before any I/O).
+            InvalidKey: a prefix (or `after`) with control characters or a leading "/" (before any I/O).
             BackendError: the backend failed; some envelopes may be gone.
         """
-        self.core.check_prefix(prefix)
+        self.core.check_walk(prefix, after)
         removed = 0
         batch: list[tuple[str, Token]] = []
         with self.core.call(prefix or "*", "delete_prefix"):
-            for key, _header, token, _ in self._heads(prefix):
+            for key, _header, token, _ in self._walk(prefix, after, on_progress):
                 if token.is_zero:  # a value the backend could not read as one of its records
+                    if on_progress is not None and not batch:
+                        on_progress(key)
                     continue
                 batch.append((key, token))
                 if len(batch) >= self.core.delete_batch:
-                    removed += run(self.frames.delete_rows(batch), self._targets)
+                    removed += self._delete_batch(batch, on_progress)
                     batch = []
             if batch:
-                removed += run(self.frames.delete_rows(batch), self._targets)
+                removed += self._delete_batch(batch, on_progress)
         return removed
 
-    def sweep(self, now: datetime | None = None, *, on_removed: Callable[[Listing], None] | None = None) -> int:
+    def _delete_batch(self, batch: Sequence[tuple[str, Token]], on_progress: Callable[[str], None] | None) -> int:
+        removed: int = run(self.frames.delete_rows(batch), self._targets)
+        if on_progress is not None:
+            for key, _ in batch:
+                on_progress(key)
+        return removed
+
+    def sweep(
+        self,
+        now: datetime | None = None,
+        *,
+        on_removed: Callable[[Listing], None] | None = None,
+        prefix: str = "",
+        after: str | None = None,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> int:
         """Delete every envelope past its deadline, each only if unchanged since read.
 
         Streams: memory stays bounded however many frames are parked or expired. An
@@ -439,45 +474,63 @@ class Store:
         Args:
             now: the instant to compare deadlines with (default: the store's clock).
             on_removed: called with each removed envelope's listing, right after its delete.
+            prefix: only keys starting with it ("" for all).
+            after: resume a sweep cut short: only keys that sort after it (the walk is in key order).
+            on_progress: called with each key walked (expired or not), in key order, once it
+                is dealt with; given, the walk is in key order.
 
         Returns:
             How many envelopes were deleted.
 
         Raises:
+            InvalidKey: a prefix (or `after`) with control characters or a leading "/" (before any I/O).
             InvalidEnvelope: `now` is a naive datetime.
             BackendError: the backend failed (what was deleted before stays deleted).
         """
+        self.core.check_walk(prefix, after)
         now = self.core.sweep_now(now)
         removed = 0
-        with self.core.call("*", "sweep"):
-            for key, header, token, size in self._heads(""):
-                if not self.core.is_expired(header, now):
-                    continue
-                if not run(self.frames.sweep_one(key, token), self._targets):
-                    continue
-                removed += 1
-                if on_removed is not None:
-                    on_removed(self.core.listing(key, header, token, size))
+        with self.core.call(prefix or "*", "sweep"):
+            for key, header, token, size in self._walk(prefix, after, on_progress):
+                if self.core.is_expired(header, now) and run(self.frames.sweep_one(key, token), self._targets):
+                    removed += 1
+                    if on_removed is not None:
+                        on_removed(self.core.listing(key, header, token, size))
+                if on_progress is not None:
+                    on_progress(key)
         return removed
 
-    def reseal(self) -> ResealReport:
+    def reseal(
+        self, *, prefix: str = "", after: str | None = None, on_progress: Callable[[str], None] | None = None
+    ) -> ResealReport:
         """Re-seal every envelope not sealed by the sealer's current key.
 
         Each is written back only if unchanged since it was read: a concurrent save wins.
 
+        Args:
+            prefix: only keys starting with it ("" for all).
+            after: resume a reseal cut short: only keys that sort after it (the walk is in key order).
+            on_progress: called with each key walked (resealed or not), in key order, once it
+                is dealt with; given, the walk is in key order.
+
         Returns:
             How many frames moved (an int), with `.skipped` (changed meanwhile) and
             `.failed` (could not be opened) counts.
+
+        Raises:
+            InvalidKey: a prefix (or `after`) with control characters or a leading "/" (before any I/O).
         """
+        self.core.check_walk(prefix, after)
         tally = self.core.reseal_tally()
-        for key, header, _, _ in self._heads(""):
-            if not tally.wants(key, header):
-                continue
-            try:
-                outcome: BaseException | bool = run(self.frames.reseal_one(key), self._targets)
-            except Exception as exc:
-                outcome = exc
-            tally.record(key, outcome)
+        for key, header, _, _ in self._walk(prefix, after, on_progress):
+            if tally.wants(key, header):
+                try:
+                    outcome: BaseException | bool = run(self.frames.reseal_one(key), self._targets)
+                except Exception as exc:
+                    outcome = exc
+                tally.record(key, outcome)
+            if on_progress is not None:
+                on_progress(key)
         return tally.report()
 
     def adopt(self) -> int:

@@ -13,7 +13,8 @@ The package, from the bottom up:
     _settings       where the store is and how it is sealed (flags, environment, defaults)
     _output         times, sizes, JSON, tables, progress bars, terminal-safe text
     _app            the `berth` group: shared options, every error and exit code
-    _store_cmds     ls, show, park, claim, rm, sweep, reseal, verify, audit
+    _store_cmds     ls, show, park, setup, claim, rm, audit
+    _bulk_cmds      sweep, reseal, verify, delete-prefix: walks with progress, --prefix, --after
     _question_cmds  questions, answer
     _key_cmds       keys generate | rotate | show
     _demo_cmd       demo (the narration is _demo)

@@ -12,6 +12,7 @@ import click
 
 import berth
 from berth._cli._failures import (
+    INTERRUPTED,
     NOT_FOUND,
     OK,
     PIPE_CLOSED,
@@ -36,19 +37,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "answer": ("_question_cmds", "Answer the question the run parked under KEY is waiting on."),
     "audit": ("_store_cmds", "Compare every frame with the witness: find deleted, replayed and unknown runs."),
     "claim": ("_store_cmds", "Take the envelope under KEY: exactly one claimer gets it."),
+    "delete-prefix": ("_bulk_cmds", "Remove every envelope whose key starts with --prefix (needs no key)."),
     "demo": ("_demo_cmd", "The whole job in seconds: park, answer, race, tamper, expire."),
     "keys": ("_key_cmds", "Create, rotate and inspect keyring files (AES-256-GCM keys)."),
     "mcp": ("_mcp_cmd", "Serve the questions to approvers' own MCP clients."),
     "ls": ("_store_cmds", "List what is parked, from frame headers (needs no key)."),
     "park": ("_store_cmds", "Seal and park a run's state under KEY (replacing what was there)."),
     "questions": ("_question_cmds", "List the questions parked runs wait on, with deadlines."),
-    "reseal": ("_store_cmds", "Re-seal every envelope not sealed by the current key."),
+    "reseal": ("_bulk_cmds", "Re-seal every envelope not sealed by the current key."),
     "rm": ("_store_cmds", "Claim the envelope under KEY and discard it."),
     "serve": ("_serve_cmd", "Serve the inbox: a web page and JSON API where people answer parked runs."),
     "setup": ("_store_cmds", "Create the store at --url: its directory, database file or tables."),
     "show": ("_store_cmds", "Open one parked envelope and print it (expired ones too)."),
-    "sweep": ("_store_cmds", "Remove every envelope past its deadline (needs no key)."),
-    "verify": ("_store_cmds", "Open every frame; count ok, expired, tampered, unknown key."),
+    "sweep": ("_bulk_cmds", "Remove every envelope past its deadline (needs no key)."),
+    "verify": ("_bulk_cmds", "Open every frame; count ok, expired, tampered, unknown key."),
 }
 """Every command of `berth`: the module under berth._cli that defines it (importing the module
 registers its commands on `cli`) and the first line of its help. So `berth --help` lists every
@@ -230,7 +232,7 @@ def _debug() -> bool:
 
 
 def _run(settings: Settings, fn: Callable[[], Any]) -> int:
-    def fail(message: str, code: int, *, reported: bool = False) -> int:
+    def fail(message: str, code: int, *, reported: bool = False, details: dict[str, Any] | None = None) -> int:
         if _debug():
             import traceback
 
@@ -238,13 +240,13 @@ def _run(settings: Settings, fn: Callable[[], Any]) -> int:
         line = one_line(message)
         click.echo(f"{settings.command}: {line}", err=True)
         if (settings.json_out and not reported) or OpenArray.open:
-            _json_failure(settings, line, code)
+            _json_failure(settings, line, code, details or {})
         return code
 
     try:
         rv = fn()
     except Failure as exc:
-        return fail(str(exc), exc.code, reported=exc.reported)
+        return fail(str(exc), exc.code, reported=exc.reported, details=exc.details)
     except click.exceptions.NoArgsIsHelpError as exc:  # bare `berth` or `berth keys`: the help, as usual
         click.echo(exc.format_message())
         return USAGE
@@ -255,7 +257,7 @@ def _run(settings: Settings, fn: Callable[[], Any]) -> int:
     except click.ClickException as exc:
         return fail(exc.format_message(), USAGE)
     except click.Abort:
-        return fail("aborted", 130)
+        return fail("aborted", INTERRUPTED)
     except (berth.InvalidKey, berth.InvalidEnvelope, berth.InvalidAnswer) as exc:
         return fail(_named(settings, exc), USAGE)
     except StoreMissing as exc:  # found at first use (PostgreSQL looks for its table then, not at open)
@@ -279,10 +281,16 @@ def _run(settings: Settings, fn: Callable[[], Any]) -> int:
     return rv if isinstance(rv, int) else OK
 
 
-_OUTCOMES = {REFUSED: "refused", USAGE: "usage", NOT_FOUND: "not_found", UNAVAILABLE: "unavailable", 130: "aborted"}
+_OUTCOMES = {
+    REFUSED: "refused",
+    USAGE: "usage",
+    NOT_FOUND: "not_found",
+    UNAVAILABLE: "unavailable",
+    INTERRUPTED: "aborted",
+}
 
 
-def _json_failure(settings: Settings, message: str, code: int) -> None:
+def _json_failure(settings: Settings, message: str, code: int, details: dict[str, Any]) -> None:
     """The failure as one JSON object on stdout, for a command run with `--json` or `--jsonl`.
 
     stdout may already hold part of a streamed document. `ls --json` failing midway left its array
@@ -300,6 +308,7 @@ def _json_failure(settings: Settings, message: str, code: int) -> None:
         "command": settings.command,
         "identity": settings.who,
         "key": settings.key,
+        **details,
     }
     if OpenArray.open:
         OpenArray.open = False

@@ -31,9 +31,9 @@ from typing import Any
 from urllib.parse import quote
 
 import berth
+from berth._cli._bulk_cmds import verify_one
 from berth._cli._failures import counted
 from berth._cli._output import ListingTable, listing_cells
-from berth._cli._store_cmds import verify_one
 from berth._format import deadline_text
 from berth._redact import redact_url
 

@@ -16,6 +16,7 @@ __all__ = [
     "REFUSED",
     "USAGE",
     "Failure",
+    "INTERRUPTED",
     "NOT_FOUND",
     "OpenArray",
     "UNAVAILABLE",
@@ -37,6 +38,8 @@ PIPE_CLOSED = 128 + 13
 NOT_FOUND = 66
 """No store at the URL (no directory, database file or table) for a command that creates nothing:
 sysexits' EX_NOINPUT. `berth setup` (or `berth park`) creates one."""
+INTERRUPTED = 130
+"""Ctrl-C (SIGINT): the shell's 128 + 2. A bulk command says where it stopped and how to resume."""
 UNAVAILABLE = 69
 """The backend could not be reached (a server down, a refused connection, a timeout): sysexits'
 EX_UNAVAILABLE, so a script can retry it and never mistake it for a refusal such as a lost claim."""
@@ -72,12 +75,16 @@ class Failure(Exception):
     """A one-line refusal (exit 1) or usage/configuration error (exit 2).
 
     `reported`: the command already printed its `--json` document, which tells this outcome.
+    `details`: more fields for the failure's JSON object (where an interrupted walk stopped).
     """
 
-    def __init__(self, message: str, code: int = REFUSED, *, reported: bool = False):
+    def __init__(
+        self, message: str, code: int = REFUSED, *, reported: bool = False, details: dict[str, Any] | None = None
+    ):
         super().__init__(message)
         self.code = code
         self.reported = reported
+        self.details = details or {}
 
 
 def refuse(message: str, *, reported: bool = False) -> NoReturn:

@@ -85,17 +85,27 @@ def console(*, stderr: bool = False) -> Console:
 
 @contextmanager
 def progress(label: str, total: int | None) -> Iterator[Callable[[], None]]:
-    """A progress bar on stderr when stderr is a terminal; yields a function that advances it."""
+    """A progress bar on stderr when stderr is a terminal; yields a function that advances it.
+
+    It shows done of `total` (`None`: not known) with thousands separators, the rate, and the time.
+    """
     if not sys.stderr.isatty():
         yield lambda: None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
+    from rich.text import Text
+
+    class Counts(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            total = "?" if task.total is None else f"{int(task.total):,}"
+            rate = f"{task.speed:,.0f}/s" if task.speed else "-/s"
+            return Text(f"{int(task.completed):,}/{total} {rate}")
 
     bar: Progress = Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
+        Counts(),
         TimeElapsedColumn(),
         console=console(stderr=True),
         transient=True,

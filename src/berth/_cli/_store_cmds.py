@@ -1,10 +1,9 @@
-"""The store commands: `ls`, `show`, `park`, `claim`, `rm`, `sweep`, `reseal`, `verify`."""
+"""The store commands: `ls`, `show`, `park`, `setup`, `claim`, `rm`, `audit` (the bulk walks: `_bulk_cmds`)."""
 
 from __future__ import annotations
 
 import itertools
 import os
-import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import IO
@@ -13,17 +12,15 @@ import click
 
 import berth
 from berth._cli._app import CONTEXT, cli, output_options, store_options
-from berth._cli._failures import bad_usage, counted, one_line, refuse, warn
+from berth._cli._failures import bad_usage, counted, refuse, warn
 from berth._cli._output import (
     console,
     emit_json,
     emit_json_stream,
-    emit_jsonl,
     emit_jsonl_stream,
     print_fields,
     print_json_bytes,
     print_listing,
-    progress,
     terminal_safe,
 )
 from berth._cli._settings import Settings, find_listing, remember_key
@@ -31,7 +28,7 @@ from berth._errors import where
 from berth._format import ago, deadline_text, envelope_doc, is_expired, labels_text, listing_doc, local, now, size_text
 
 # The commands register themselves on `cli` when this module is imported; these are what others call.
-__all__ = ["LS_LIMIT", "VERIFY_STATES", "parse_deadline", "verify_one"]
+__all__ = ["LS_LIMIT", "parse_deadline"]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -408,161 +405,6 @@ def _drop_question(settings: Settings, key: str, run_id: str) -> None:
             qs.consume(key, q.id)
     except berth.BerthError as exc:
         warn(f"removed {key!r}, but its question stays until swept: {exc}")
-
-
-@cli.command("sweep", context_settings=CONTEXT)
-@click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
-@output_options()
-@store_options(env=False)
-@click.pass_obj
-def sweep_cmd(settings: Settings, dry_run: bool, out: str | None) -> None:
-    """Remove every envelope past its deadline (needs no key).
-
-    Each is removed only if unchanged since it was listed: a run re-parked
-    meanwhile survives. Their questions go with them.
-
-    \b
-    Example:
-      berth sweep --dry-run
-    """
-    store = settings.open(keys=False)
-    at = now()
-    if dry_run:
-        keys = [item.key for item in store.list() if item.error is None and is_expired(item.deadline, at)]
-    else:
-        keys = []
-        with progress("sweeping", None) as advance:
-
-            def removed(item: berth.Listing) -> None:
-                keys.append(item.key)
-                advance()
-
-            store.sweep(at, on_removed=removed)  # each delete conditional on the token it listed
-    dropped = 0 if dry_run else settings.questions(keys=False).sweep(at)
-    if out:
-        emit_json({"dry_run": dry_run, "swept": len(keys), "keys": keys, "questions": dropped})
-        return
-    verb = "would remove" if dry_run else "removed"
-    click.echo(
-        f"{verb} {counted(len(keys), 'expired envelope')} for {where(store.identity)}"
-        + (f" and {counted(dropped, 'question')}" if dropped else "")
-    )
-    for key in keys:
-        click.echo(f"  {terminal_safe(key)}")
-
-
-@cli.command("reseal", context_settings=CONTEXT)
-@click.option(
-    "--accept-plaintext", is_flag=True, help="Also seal legacy plaintext frames (a migration; off by default)."
-)
-@output_options()
-@store_options(env=False)
-@click.pass_obj
-def reseal_cmd(settings: Settings, accept_plaintext: bool, out: str | None) -> None:
-    """Re-seal every envelope not sealed by the current key.
-
-    Run it after `berth keys rotate`, or with BERTH_KMS and BERTH_KEYRING both
-    set to move a keyring store onto a KMS.
-
-    Exit 1 if any frame could not be opened.
-
-    \b
-    Example:
-      berth keys rotate keys.json && berth reseal --keyring keys.json
-    """
-    store = settings.open(keys=True, accept_plaintext=accept_plaintext)
-    with progress("resealing", None):
-        report = store.reseal()
-    moved, skipped, failed = int(report), getattr(report, "skipped", 0), getattr(report, "failed", 0)
-    if out:
-        emit_json({"moved": moved, "skipped": skipped, "failed": failed})
-    else:
-        sealed_by = f"{store.sealer.name}:{store.sealer.key_id}"
-        click.echo(
-            f"resealed {counted(moved, 'envelope')} for {where(store.identity)} under {sealed_by}"
-            + (f"; {skipped:,} changed meanwhile" if skipped else "")
-            + (f"; {failed:,} did not open" if failed else "")
-        )
-    if failed:
-        refuse(
-            f"{counted(failed, 'frame')} of {where(store.identity)} did not open: run `berth verify`",
-            reported=out == "json",
-        )
-
-
-VERIFY_STATES = ("ok", "expired", "tampered", "unknown_key", "unreadable")
-
-
-def verify_one(store: berth.Store, key: str) -> tuple[str, str]:
-    """Open the frame under `key`: one of VERIFY_STATES (or `gone`) and why."""
-    try:
-        parked = store.load(key)
-    except berth.Expired:
-        return "expired", "past its deadline: never resumed (`berth sweep` removes it)"
-    except berth.IntegrityError as exc:
-        item = find_listing(store, key)
-        if item is not None:
-            name, _, key_id = item.sealed_by.partition(":")
-            if name != berth.PlaintextSealer.name and not store.sealer.can_open(name, key_id):
-                return "unknown_key", (
-                    f"claims to be sealed by {item.sealed_by}, which the configured sealer does not hold "
-                    "(or its header was rewritten)"
-                )
-        return "tampered", str(exc)
-    except berth.FormatError as exc:
-        return "unreadable", str(exc)
-    if parked is None:
-        return "gone", "claimed or removed while verifying"
-    return "ok", ""
-
-
-@cli.command("verify", context_settings=CONTEXT)
-@output_options(stream=True)
-@store_options(env=False)
-@click.pass_obj
-def verify_cmd(settings: Settings, out: str | None) -> None:
-    """Open every frame; count ok, expired, tampered, unknown key.
-
-    Exit 1 if any frame does not open: tampered, unreadable, or sealed under a
-    key id the configured sealer does not hold (the header's key id is not
-    authenticated until the frame opens).
-
-    \b
-    Example:
-      berth verify --keyring keys.json --jsonl | grep -v '"ok"'
-    """
-    store = settings.open(keys=True)
-    counts = dict.fromkeys(VERIFY_STATES, 0)
-    problems: list[dict[str, str]] = []
-    total = sum(1 for _ in store.list()) if sys.stderr.isatty() else None
-    with progress("verifying", total) as advance:
-        for key in (item.key for item in store.list()):  # unreadable frames included, flagged
-            state, why = verify_one(store, key)
-            advance()
-            if state == "gone":
-                continue
-            counts[state] += 1
-            if out == "jsonl":
-                emit_jsonl({"key": key, "status": state, "error": why or None})
-            elif state != "ok":
-                problems.append({"key": key, "status": state, "error": why})
-    if out == "json":
-        emit_json({**counts, "problems": problems})
-    elif out is None:
-        for p in problems:
-            click.echo(f"{p['status'].replace('_', ' '):<11} {terminal_safe(p['key'])}: {one_line(p['error'])}")
-        summary = ", ".join(f"{n:,} {s.replace('_', ' ')}" for s, n in counts.items() if n or s in ("ok", "tampered"))
-        click.echo(f"{where(store.identity)}: {summary}")
-    # A frame's key id is in its cleartext header, which only the seal authenticates: "sealed
-    # under a key we lack" may be a rewritten header. Whatever it claims, a frame that does not
-    # open fails the command.
-    bad = counts["tampered"] + counts["unreadable"] + counts["unknown_key"]
-    if bad:
-        refuse(
-            f"{counted(bad, 'frame')} of {where(store.identity)} did not open "
-            "(tampered, unreadable, or sealed under a key id the sealer does not hold)",
-            reported=out is not None,  # the report, or a line per frame, told it
-        )
 
 
 @cli.command("audit", context_settings=CONTEXT)
