@@ -43,6 +43,7 @@ EXTRA_PROVIDES = {
     "gcpkms": ["google.cloud.kms_v1"],  # GcpKms imports it when it first talks to the KMS
     "awskms": ["boto3"],  # likewise for AwsKms
     "serve": ["berth._serve._app", "uvicorn", "python_multipart"],
+    "otel": ["opentelemetry.trace", "opentelemetry.metrics"],  # berth._observe uses it once a host configures an SDK
     "openai-agents": ["agents"],  # berth.openai_agents imports the SDK when it parks or resumes
     "pydantic-ai": ["pydantic_ai"],
     "langgraph": ["berth.langgraph"],

@@ -14,6 +14,7 @@ from typing import Any
 from berth._aio_store import AsyncStore
 from berth._coordinator_core import AsyncQuestionsLike, CoordinatorCore, QuestionsLike, Wake
 from berth._envelope import Envelope
+from berth._observe import instrument
 from berth._plan import arun
 from berth._store import StoreSteps
 
@@ -59,6 +60,7 @@ class AsyncCoordinator:
         self.store = store
         self.questions = questions
         self._targets = {StoreSteps: store.steps, QuestionsLike: questions}
+        instrument(self, "coordinator", identity=store.identity, backend=store.backend)
 
     def __repr__(self) -> str:
         return f"AsyncCoordinator({self.store!r}, {self.questions!r}, default_deadline={self.default_deadline!r})"

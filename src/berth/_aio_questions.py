@@ -18,6 +18,7 @@ from berth._aio_open import open_backend  # twin: sync from berth.backends impor
 from berth._aio_store import AsyncStore
 from berth._keys import validate_identity
 from berth._notify import Webhook, as_webhook
+from berth._observe import instrument
 from berth._plan import arun
 
 # twin: sync from berth._public import publish
@@ -86,6 +87,7 @@ class AsyncQuestionStore:
         self._targets = {StoreSteps: self._frames.steps}
         self.notify = as_webhook(notify)
         """Told of every question asked and answer given through this store (None: nobody is told)."""
+        instrument(self, "questions", identity=self.identity, backend=backend)
 
     def __repr__(self) -> str:
         return (

@@ -30,6 +30,7 @@ from berth._core import (
 )
 from berth._envelope import Envelope
 from berth._frames import AsyncIO, FrameIO
+from berth._observe import instrument
 from berth._plaintext import PlaintextSealer
 from berth._plan import OFF_LOOP_BYTES, Cpu, arun
 from berth._sealer import Sealer
@@ -100,6 +101,7 @@ class AsyncStore:
         self.frames: Frames = frames_for(self._core, witness)
         """How this store writes and reads frames, chosen here once: plainly, or through a witness."""
         self._io = {FrameIO: AsyncIO(records=witness, owner=self), Cpu: _OFF_LOOP}
+        instrument(self, "store", identity=self._core.identity, backend=backend)  # before steps bind them
         self.steps = _Steps(self)
         """This store playing `StoreSteps` in plans, awaited (a claim's, a coordinator's, the question store's)."""
         self._targets = {StoreSteps: self.steps}

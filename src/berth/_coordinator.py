@@ -9,6 +9,7 @@ from typing import Any
 
 from berth._coordinator_core import CoordinatorCore, QuestionsLike, Wake
 from berth._envelope import Envelope
+from berth._observe import instrument
 from berth._plan import run
 from berth._public import publish
 from berth._store import Store, StoreSteps
@@ -53,6 +54,7 @@ class Coordinator:
         self.store = store
         self.questions = questions
         self._targets = {StoreSteps: store.steps, QuestionsLike: questions}
+        instrument(self, "coordinator", identity=store.identity, backend=store.backend)
 
     def __repr__(self) -> str:
         return f"Coordinator({self.store!r}, {self.questions!r}, default_deadline={self.default_deadline!r})"

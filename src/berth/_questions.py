@@ -9,6 +9,7 @@ from typing import Any
 
 from berth._keys import validate_identity
 from berth._notify import Webhook, as_webhook
+from berth._observe import instrument
 from berth._plan import run
 from berth._public import publish
 from berth._question_core import NAMESPACE, QuestionCore
@@ -67,6 +68,7 @@ class QuestionStore:
         self._targets = {StoreSteps: self._frames.steps}
         self.notify = as_webhook(notify)
         """Told of every question asked and answer given through this store (None: nobody is told)."""
+        instrument(self, "questions", identity=self.identity, backend=backend)
 
     def __repr__(self) -> str:
         return (

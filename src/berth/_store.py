@@ -29,6 +29,7 @@ from berth._core import (
 )
 from berth._envelope import Envelope
 from berth._frames import FrameIO, SyncIO
+from berth._observe import instrument
 from berth._plaintext import PlaintextSealer
 from berth._plan import INLINE, Cpu, run
 from berth._public import publish
@@ -88,6 +89,7 @@ class Store:
         """How this store writes and reads frames, chosen here once: plainly, or through a witness."""
         self._targets = {FrameIO: SyncIO(records=self.frames.records, owner=self), Cpu: INLINE}
         self._hot = self.frames.hot_path(self, self._targets)
+        instrument(self, "store", identity=self.core.identity, backend=self.backend)  # before steps bind them
         self.steps: StoreSteps = _Steps(self)
         """This store playing `StoreSteps` in plans (a claim's, a coordinator's, the question store's)."""
         self._claiming = {StoreSteps: self.steps}
