@@ -50,33 +50,31 @@ def test_the_first_matching_row_maps_and_the_message_names_backend_op_and_name()
     assert table.catches == (_Lost, ValueError, OSError)
 
 
-def test_mapped_chains_what_the_table_catches_and_lets_the_rest_through() -> None:
+def _through(table: ErrorMap, exc: BaseException, op: str, name: str, **options: Any) -> None:
+    """`exc` raised by a call, through the one idiom every backend applies its table with."""
+    try:
+        raise exc
+    except table.catches as caught:
+        raise table.error(caught, op, name, **options) from caught
+
+
+def test_the_except_form_chains_what_the_table_catches_and_lets_the_rest_through() -> None:
     table = _table()
     down = _Down("reset")
     with pytest.raises(berth.BackendError) as info:
-        with table.mapped("get", "i/k"):
-            raise down
+        _through(table, down, "get", "i/k")
     assert info.value.__cause__ is down and str(info.value).startswith("demo backend could not get 'i/k'")
     mine = berth.TokenMismatch("'i/k' changed since it was read")
     with pytest.raises(berth.TokenMismatch) as passed:
-        with table.mapped("save", "i/k"):
-            raise mine  # a berth error the block raised itself: not the table's
+        _through(table, mine, "save", "i/k")  # a berth error the call raised itself: not the table's
     assert passed.value is mine
     with pytest.raises(KeyError):
-        with table.mapped("get", "i/k"):
-            raise KeyError("not a client error the table names")
+        _through(table, KeyError("not a client error the table names"), "get", "i/k")
 
 
-def test_retries_are_read_when_the_block_fails_from_a_hook_or_from_the_exception() -> None:
-    class Attempts:
-        retried = False
-
-    attempts = Attempts()
-    mapped = _table().mapped("delete", "i/k", conditional=True, attempts=attempts)
-    attempts.retried = True  # set by the client's retry hook while the block ran
+def test_retries_are_read_when_the_call_fails_from_a_hook_or_from_the_exception() -> None:
     with pytest.raises(berth.BackendError, match="unknown outcome"):
-        with mapped:
-            raise _Lost("412")
+        _through(_table(), _Lost("412"), "delete", "i/k", conditional=True, retried=True)  # a retry hook's word
     told = _table(retried=lambda exc: "retried" in str(exc))
     assert type(told.error(_Lost("412"), "delete", "i/k", conditional=True)) is berth.TokenMismatch
     assert "unknown outcome" in str(told.error(_Lost("412 retried"), "delete", "i/k", conditional=True))
@@ -162,8 +160,7 @@ def test_each_backends_table_maps_its_clients_errors(
 ) -> None:
     table: ErrorMap = _error_table(module)
     with pytest.raises(error) as info:
-        with table.mapped(op, "i/k", conditional=conditional):
-            raise exc
+        _through(table, exc, op, "i/k", conditional=conditional)
     assert type(info.value) is error and info.value.__cause__ is exc
     assert says in str(info.value) and "\n" not in str(info.value)
     assert (info.value.identity, info.value.key) == (None, None)  # the store names them, once

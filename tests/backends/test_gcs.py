@@ -185,8 +185,7 @@ def test_missing_bucket_is_a_backend_error_not_a_lost_claim(fake: FakeGcs) -> No
 def test_lost_preconditions_map_to_token_mismatch(exc: Exception) -> None:
     assert _is_lost(exc)
     with pytest.raises(berth.TokenMismatch) as info:
-        with _ERRORS.mapped("delete", "i/k", conditional=True, attempts=type("A", (), {"retried": False})()):
-            raise exc
+        raise _ERRORS.error(exc, "delete", "i/k", conditional=True) from exc
     assert info.value.__cause__ is exc
 
 
@@ -203,8 +202,7 @@ def test_lost_preconditions_map_to_token_mismatch(exc: Exception) -> None:
 )
 def test_other_failures_map_to_backend_error(exc: Exception) -> None:
     with pytest.raises(berth.BackendError) as info:
-        with _ERRORS.mapped("delete", "i/k", conditional=True, attempts=type("A", (), {"retried": False})()):
-            raise exc
+        raise _ERRORS.error(exc, "delete", "i/k", conditional=True) from exc
     assert not isinstance(info.value, berth.TokenMismatch) and info.value.__cause__ is exc
 
 

@@ -297,7 +297,7 @@ class GcsBackend(Backend):
         attempts = _Attempts() if condition is not None else None
         # An unconditional upload is retried only after a 429: GCS refused it unapplied.
         retry = self._retry(attempts) if attempts is not None else self._retry(predicate=_throttled)
-        with _ERRORS.mapped("put", name, conditional=attempts is not None, attempts=attempts):
+        try:
             blob.upload_from_string(
                 bytes(data),
                 content_type="application/octet-stream",
@@ -306,6 +306,9 @@ class GcsBackend(Backend):
                 timeout=self._timeout,
             )
             generation = blob.generation
+        except _ERRORS.catches as exc:
+            retried = attempts is not None and attempts.retried  # read now: the retry hook set it
+            raise _ERRORS.error(exc, "put", name, conditional=attempts is not None, retried=retried) from exc
         if not generation:
             raise BackendError(f"gcs put of {name!r} returned no generation")
         return Token(int(generation))
@@ -318,13 +321,12 @@ class GcsBackend(Backend):
         """
         obj, _ = self._names.object(name)
         blob = self._bucket.blob(obj)
-        with _ERRORS.mapped("get", name):
-            try:
-                data = blob.download_as_bytes(retry=self._retry(), timeout=self._timeout)
-            except _FAILURES as exc:
-                if _is_not_found(exc) and _is_lost(exc):
-                    return None
-                raise
+        try:
+            data = blob.download_as_bytes(retry=self._retry(), timeout=self._timeout)
+        except _ERRORS.catches as exc:
+            if _is_not_found(exc) and _is_lost(exc):
+                return None
+            raise _ERRORS.error(exc, "get", name) from exc
         if not blob.generation:
             raise BackendError(f"gcs get of {name!r} returned no generation")
         return data, Token(int(blob.generation))
@@ -336,13 +338,12 @@ class GcsBackend(Backend):
             BackendError: GCS failed.
         """
         blob = self._bucket.blob(self._names.object(name)[0])
-        with _ERRORS.mapped("read", name):
-            try:
-                data = blob.download_as_bytes(start=0, end=max(size, 1) - 1, retry=self._retry(), timeout=self._timeout)
-            except _FAILURES as exc:
-                if _is_not_found(exc) and _is_lost(exc):
-                    return None
-                raise
+        try:
+            data = blob.download_as_bytes(start=0, end=max(size, 1) - 1, retry=self._retry(), timeout=self._timeout)
+        except _ERRORS.catches as exc:
+            if _is_not_found(exc) and _is_lost(exc):
+                return None
+            raise _ERRORS.error(exc, "read", name) from exc
         if not blob.generation:
             raise BackendError(f"gcs read of {name!r} returned no generation")
         return data[:size], Token(int(blob.generation))
@@ -359,10 +360,12 @@ class GcsBackend(Backend):
             raise TokenMismatch(f"{name!r} is not at generation {token.value!r}")
         obj, _ = self._names.object(name)
         attempts = _Attempts()
-        with _ERRORS.mapped("delete", name, conditional=True, attempts=attempts):
+        try:
             self._bucket.delete_blob(
                 obj, if_generation_match=generation, retry=self._retry(attempts), timeout=self._timeout
             )
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "delete", name, conditional=True, retried=attempts.retried) from exc
 
     def _listed(self, prefix: str) -> Iterator[tuple[str, Any]]:
         query = self._names.query_prefix(prefix)
@@ -375,9 +378,11 @@ class GcsBackend(Backend):
         )
         pages = iter(blobs.pages)
         while True:
-            with _ERRORS.mapped("list", prefix):
+            try:
                 page = next(pages, None)
                 items = list(page) if page is not None else None
+            except _ERRORS.catches as exc:
+                raise _ERRORS.error(exc, "list", prefix) from exc
             if items is None:
                 return
             for blob in items:
@@ -418,18 +423,17 @@ class GcsBackend(Backend):
                 yield name, b"", Token(int(listed.generation)), full
                 continue
             blob = self._bucket.blob(listed.name)
-            with _ERRORS.mapped("read", name):
-                try:
-                    head = blob.download_as_bytes(
-                        start=0, end=min(size, full) - 1, retry=self._retry(), timeout=self._timeout
-                    )
-                    if blob.generation != listed.generation:  # rewritten since the listing
-                        blob.reload(retry=self._retry(), timeout=self._timeout)
-                        full = int(blob.size or 0)
-                except _FAILURES as exc:
-                    if _is_not_found(exc) and _is_lost(exc):
-                        continue  # deleted since the listing
-                    raise
+            try:
+                head = blob.download_as_bytes(
+                    start=0, end=min(size, full) - 1, retry=self._retry(), timeout=self._timeout
+                )
+                if blob.generation != listed.generation:  # rewritten since the listing
+                    blob.reload(retry=self._retry(), timeout=self._timeout)
+                    full = int(blob.size or 0)
+            except _ERRORS.catches as exc:
+                if _is_not_found(exc) and _is_lost(exc):
+                    continue  # deleted since the listing
+                raise _ERRORS.error(exc, "read", name) from exc
             yield name, head[:size], Token(int(blob.generation)), full
 
     def close(self) -> None:

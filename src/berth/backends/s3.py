@@ -206,11 +206,13 @@ class S3Backend(Backend):
             kwargs["IfNoneMatch"] = "*"
         elif if_match is not None:
             kwargs["IfMatch"] = if_match.value
-        with _ERRORS.mapped("put", name, conditional=conditional):
+        try:
             if conditional:
                 response = self._client.put_object(**kwargs)
             else:
                 response = self._put_once(kwargs)
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "put", name, conditional=conditional) from exc
         return Token(str(response["ETag"]))
 
     def _put_once(self, kwargs: dict[str, Any]) -> Any:
@@ -231,7 +233,7 @@ class S3Backend(Backend):
             BackendError: S3 failed.
         """
         obj, _ = self._names.object(name)
-        with _ERRORS.mapped("get", name):
+        try:
             try:
                 response = self._client.get_object(Bucket=self.bucket, Key=obj)
             except ClientError as exc:
@@ -239,6 +241,8 @@ class S3Backend(Backend):
                     return None
                 raise
             body = response["Body"].read()
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "get", name) from exc
         pad = _pad_of(response, name)
         if pad > len(body):
             raise BackendError(f"s3 object for {name!r} is shorter than its {_PAD_META} metadata says")
@@ -255,15 +259,19 @@ class S3Backend(Backend):
         if not etag:
             raise TokenMismatch(f"{name!r} is not at ETag {token.value!r}")
         obj, _ = self._names.object(name)
-        with _ERRORS.mapped("delete", name, conditional=True):
+        try:
             self._client.delete_object(Bucket=self.bucket, Key=obj, IfMatch=etag)
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "delete", name, conditional=True) from exc
 
     def _pages(self, prefix: str) -> Iterator[list[dict[str, Any]]]:
         query = self._names.query_prefix(prefix)
         kwargs: dict[str, Any] = dict(Bucket=self.bucket, Prefix=query, MaxKeys=self._page_size)
         while True:
-            with _ERRORS.mapped("list", prefix):
+            try:
                 page = self._client.list_objects_v2(**kwargs)
+            except _ERRORS.catches as exc:
+                raise _ERRORS.error(exc, "list", prefix) from exc
             yield page.get("Contents", [])
             if not page.get("IsTruncated"):
                 return
@@ -274,13 +282,12 @@ class S3Backend(Backend):
         if rest is None:
             return None
         if HASHED in rest:  # a long name: its metadata has it
-            with _ERRORS.mapped("head", obj):
-                try:
-                    head = self._client.head_object(Bucket=self.bucket, Key=obj)
-                except ClientError as exc:
-                    if _is_absent(exc):
-                        return None
-                    raise
+            try:
+                head = self._client.head_object(Bucket=self.bucket, Key=obj)
+            except _ERRORS.catches as exc:
+                if isinstance(exc, ClientError) and _is_absent(exc):
+                    return None
+                raise _ERRORS.error(exc, "head", obj) from exc
             name = self._names.name_of(obj, head.get("Metadata"))
         else:
             name = rest
@@ -353,7 +360,7 @@ class S3Backend(Backend):
         return None if found is None else (found[0], found[2])
 
     def _head(self, obj: str, size: int) -> tuple[bytes, dict[str, str], Token, int] | None:
-        with _ERRORS.mapped("read", obj):
+        try:
             try:
                 response = self._client.get_object(Bucket=self.bucket, Key=obj, Range=f"bytes=0-{max(size, 1) - 1}")
             except ClientError as exc:
@@ -370,6 +377,8 @@ class S3Backend(Backend):
                         return None
                     raise
             body = response["Body"].read()
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "read", obj) from exc
         total = _total_size(response, len(body))
         pad = _pad_of(response, obj)
         full = max(0, total - pad)

@@ -278,17 +278,21 @@ class SqliteBackend(Backend):
         if not create:  # open what exists; create nothing (no directory, file or table)
             if not self.path.is_file():
                 raise StoreMissing(f"sqlite database {str(self.path)!r} does not exist (`berth setup` creates it)")
-            with (
-                _ERRORS.mapped("open", str(self.path)),
-                closing(sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, timeout=busy_timeout)) as peek,
-            ):  # read-only: a file that is not a store is left exactly as it was
-                found = peek.execute("SELECT 1 FROM sqlite_master WHERE name = 'berth_frames'").fetchone()
+            # read-only: a file that is not a store is left exactly as it was
+            uri = f"{self.path.as_uri()}?mode=ro"
+            try:
+                with closing(sqlite3.connect(uri, uri=True, timeout=busy_timeout)) as peek:
+                    found = peek.execute("SELECT 1 FROM sqlite_master WHERE name = 'berth_frames'").fetchone()
+            except _ERRORS.catches as exc:
+                raise _ERRORS.error(exc, "open", str(self.path)) from exc
             if found is None:
                 raise StoreMissing(f"sqlite database {str(self.path)!r} holds no berth store (`berth setup` makes one)")
             return
         self._create_file()
-        with _ERRORS.mapped("set up", str(self.path)):
+        try:
             self._until_not_busy(self._conn(), _SCHEMA)
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "set up", str(self.path)) from exc
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SqliteBackend:
@@ -584,7 +588,7 @@ class SqliteBackend(Backend):
         unique = list(dict.fromkeys(names))
         conn = self._conn()
         one = len(unique) <= _PAGE
-        with _ERRORS.mapped("load", unique[0] if unique else "*"):
+        try:
             if not one:
                 conn.execute("BEGIN")
             try:
@@ -600,36 +604,43 @@ class SqliteBackend(Backend):
             finally:
                 if not one:
                     conn.execute("COMMIT")
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "load", unique[0] if unique else "*") from exc
         return [found.get(name) for name in names]
 
     def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
         """Delete each name still at its token, all in one transaction (one commit, one fsync)."""
         out = []
         conn = self._conn()
-        with _ERRORS.mapped("delete", items[0][0] if items else "*"), self._turn():
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for name, token in items:
-                    if not isinstance(token.value, int):
-                        out.append(False)
-                        continue
-                    cur = conn.execute("DELETE FROM berth_frames WHERE name = ? AND gen = ?", (name, token.value))
-                    out.append(cur.rowcount == 1)
-                conn.execute("COMMIT")  # inside: a failed commit must not leave the transaction open
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        try:
+            with self._turn():
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for name, token in items:
+                        if not isinstance(token.value, int):
+                            out.append(False)
+                            continue
+                        cur = conn.execute("DELETE FROM berth_frames WHERE name = ? AND gen = ?", (name, token.value))
+                        out.append(cur.rowcount == 1)
+                    conn.execute("COMMIT")  # inside: a failed commit must not leave the transaction open
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "delete", items[0][0] if items else "*") from exc
         return out
 
     def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
         """The first `size` bytes of the frame under `name` and its token."""
-        with _ERRORS.mapped("list", name):
+        try:
             rows = (
                 self._cursor()
                 .execute("SELECT substr(data, 1, ?), gen FROM berth_frames WHERE name = ?", (size, name))
                 .fetchall()
             )
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "list", name) from exc
         if not rows:
             return None
         head, gen = rows[0]

@@ -84,8 +84,10 @@ class PostgresBackend(Backend):
         self._lock_id = int.from_bytes(
             hashlib.sha256(f"berth:{schema}.{table}".encode()).digest()[:8], "big", signed=True
         )
-        with ERRORS.mapped("parse the connection string for", f"{schema}.{table}"):
+        try:
             params = psycopg.conninfo.conninfo_to_dict(conninfo)
+        except ERRORS.catches as exc:
+            raise ERRORS.error(exc, "parse the connection string for", f"{schema}.{table}") from exc
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": prepare_threshold}
         if "application_name" not in params:
             kwargs["application_name"] = application_name
@@ -119,41 +121,44 @@ class PostgresBackend(Backend):
                 database or schema), or holds a newer layout than this berth knows.
         """
         where = f"{self.schema}.{self.table}"
-        with ERRORS.mapped("set up", where), self._pool.connection() as conn:
-            if self._installed_version(conn) == SCHEMA_VERSION:
-                self.ready = True
-                return SCHEMA_VERSION
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_id,))
-                exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone()
-                if exists is None:
-                    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
-                conn.execute(
-                    sql.SQL(
-                        "CREATE TABLE IF NOT EXISTS {}.berth_schema_version ("
-                        "table_name text PRIMARY KEY, version integer NOT NULL, "
-                        "migrated_at timestamptz NOT NULL DEFAULT now())"
-                    ).format(sql.Identifier(self.schema))
-                )
-                row = conn.execute(self._q["version"], (self.table,)).fetchone()
-                current = 0 if row is None or row[1] is None else int(row[1])
-                self._check_version(current)
-                for step in range(current, SCHEMA_VERSION):
-                    for statement in MIGRATIONS[step]:
-                        conn.execute(
-                            sql.SQL(statement).format(
-                                schema=sql.Identifier(self.schema),
-                                table=sql.Identifier(self.table),
-                                seq=sql.Identifier(self.table + "_gen"),
+        try:
+            with self._pool.connection() as conn:
+                if self._installed_version(conn) == SCHEMA_VERSION:
+                    self.ready = True
+                    return SCHEMA_VERSION
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_id,))
+                    exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)).fetchone()
+                    if exists is None:
+                        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+                    conn.execute(
+                        sql.SQL(
+                            "CREATE TABLE IF NOT EXISTS {}.berth_schema_version ("
+                            "table_name text PRIMARY KEY, version integer NOT NULL, "
+                            "migrated_at timestamptz NOT NULL DEFAULT now())"
+                        ).format(sql.Identifier(self.schema))
+                    )
+                    row = conn.execute(self._q["version"], (self.table,)).fetchone()
+                    current = 0 if row is None or row[1] is None else int(row[1])
+                    self._check_version(current)
+                    for step in range(current, SCHEMA_VERSION):
+                        for statement in MIGRATIONS[step]:
+                            conn.execute(
+                                sql.SQL(statement).format(
+                                    schema=sql.Identifier(self.schema),
+                                    table=sql.Identifier(self.table),
+                                    seq=sql.Identifier(self.table + "_gen"),
+                                )
                             )
-                        )
-                conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {}.berth_schema_version (table_name, version) VALUES (%s, %s) "
-                        "ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version, migrated_at = now()"
-                    ).format(sql.Identifier(self.schema)),
-                    (self.table, SCHEMA_VERSION),
-                )
+                    conn.execute(
+                        sql.SQL(
+                            "INSERT INTO {}.berth_schema_version (table_name, version) VALUES (%s, %s) "
+                            "ON CONFLICT (table_name) DO UPDATE SET version = EXCLUDED.version, migrated_at = now()"
+                        ).format(sql.Identifier(self.schema)),
+                        (self.table, SCHEMA_VERSION),
+                    )
+        except ERRORS.catches as exc:
+            raise ERRORS.error(exc, "set up", where) from exc
         self.ready = True
         return SCHEMA_VERSION
 
@@ -265,7 +270,7 @@ class PostgresBackend(Backend):
         at = 0 if key == "put_match" else 1  # where _put_statement puts the frame
         data, rest = memoryview(params[at]), params[:at] + params[at + 1 :]
         try:
-            with ERRORS.mapped("save", name), self._pool.connection() as conn, conn.transaction():
+            with self._pool.connection() as conn, conn.transaction():
                 conn.execute(self._q["upload_table"])
                 with conn.cursor() as cur:
                     with cur.copy(self._q["upload"]) as copy:
@@ -274,9 +279,9 @@ class PostgresBackend(Backend):
                         copy.write(COPY_END)
                     row: tuple[Any, ...] | None = cur.execute(self._q[key + ":upload"], rest).fetchone()
                 return row
-        except BackendError as exc:
-            if not isinstance(exc.__cause__, psycopg.errors.InsufficientPrivilege):
-                raise
+        except ERRORS.catches as exc:
+            if not isinstance(exc, psycopg.errors.InsufficientPrivilege):
+                raise ERRORS.error(exc, "save", name) from exc
         self._upload = False
         return self._run("save", name, key, params, large=True)
 
@@ -333,8 +338,11 @@ class PostgresBackend(Backend):
         pager = Pager(self._q, kind, prefix, size, limit, reverse, before)
         self.ensure_ready()
         while (step := pager.next()) is not None:
-            with ERRORS.mapped("list", prefix), self._pool.connection() as conn:
-                rows = conn.execute(*step, binary=True).fetchall()
+            try:
+                with self._pool.connection() as conn:
+                    rows = conn.execute(*step, binary=True).fetchall()
+            except ERRORS.catches as exc:
+                raise ERRORS.error(exc, "list", prefix) from exc
             pager.feed(rows)
             yield from rows
 
@@ -367,8 +375,11 @@ class PostgresBackend(Backend):
         if not names:
             return []
         self.ensure_ready()
-        with ERRORS.mapped("load", names[0]), self._pool.connection() as conn:
-            rows = conn.execute(self._q["get_many"], (list(names),), binary=True).fetchall()
+        try:
+            with self._pool.connection() as conn:
+                rows = conn.execute(self._q["get_many"], (list(names),), binary=True).fetchall()
+        except ERRORS.catches as exc:
+            raise ERRORS.error(exc, "load", names[0]) from exc
         return got_many(names, rows)
 
     def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
@@ -377,8 +388,11 @@ class PostgresBackend(Backend):
         if params is None:
             return [False] * len(items)
         self.ensure_ready()
-        with ERRORS.mapped("delete", params[0][0]), self._pool.connection() as conn:
-            rows = conn.execute(self._q["delete_many"], params).fetchall()
+        try:
+            with self._pool.connection() as conn:
+                rows = conn.execute(self._q["delete_many"], params).fetchall()
+        except ERRORS.catches as exc:
+            raise ERRORS.error(exc, "delete", params[0][0]) from exc
         return deleted_many(items, rows)
 
     def head(self, name: str, size: int) -> tuple[bytes, Token] | None:
