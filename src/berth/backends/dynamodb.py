@@ -205,8 +205,10 @@ class DynamoDbBackend(Backend):
         self._client = client
         self._put_client = put_client or client
         if not create:
-            with _ERRORS.mapped("open", table):
+            try:
                 self._client.describe_table(TableName=table)
+            except _ERRORS.catches as exc:
+                raise _ERRORS.error(exc, "open", table) from exc
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> DynamoDbBackend:
@@ -620,7 +622,7 @@ class DynamoDbBackend(Backend):
             BackendError: DynamoDB refused (no `dynamodb:CreateTable`, say), or a table of that
                 name has another key schema.
         """
-        with _ERRORS.mapped("set up the table of", self.table):
+        try:
             try:
                 self._client.create_table(
                     TableName=self.table,
@@ -638,6 +640,8 @@ class DynamoDbBackend(Backend):
                 TableName=self.table, WaiterConfig={"Delay": 1, "MaxAttempts": 120}
             )
             schema = self._client.describe_table(TableName=self.table)["Table"]["KeySchema"]
+        except _ERRORS.catches as exc:
+            raise _ERRORS.error(exc, "set up the table of", self.table) from exc
         keys = {(k["AttributeName"], k["KeyType"]) for k in schema}
         if keys != {("pk", "HASH"), ("sk", "RANGE")}:
             raise BackendError(f"dynamodb table {self.table!r} exists with another key schema: {sorted(keys)}")
