@@ -40,6 +40,8 @@ EXTRA_PROVIDES = {
     "hiredis": ["berth.backends.redis", "hiredis"],  # redis-py picks the C parser up by itself
     "gcs": ["berth.backends.gcs"],
     "s3": ["berth.backends.s3"],
+    "dynamodb": ["berth.backends.dynamodb"],
+    "azblob": ["berth.backends.azblob", "azure.storage.blob.aio"],  # the aio client is the async backend's
     "gcpkms": ["google.cloud.kms_v1"],  # GcpKms imports it when it first talks to the KMS
     "awskms": ["boto3"],  # likewise for AwsKms
     "serve": ["berth._serve._app", "uvicorn", "python_multipart"],
