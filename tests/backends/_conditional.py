@@ -1,4 +1,4 @@
-"""The conditional puts every object or item store backend is checked for at the seam (S3, GCS, DynamoDB)."""
+"""The conditional puts every object or item store backend is checked for at the seam (S3, GCS, DynamoDB, Azure)."""
 
 from __future__ import annotations
 
