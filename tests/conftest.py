@@ -182,12 +182,7 @@ def moto_url() -> Iterator[str]:
             unavailable("moto", f"moto_server did not start on port {port}")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # a loaded machine can take longer to let it exit
-            proc.kill()
-            proc.wait()
+        _stop(proc)
 
 
 @pytest.fixture(scope="session")
