@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -256,3 +257,16 @@ def test_documented_acl_is_enough(redis_cluster_url: str, fresh_prefix: str) -> 
         for node in nodes:
             admin.get_redis_connection(node).execute_command("ACL", "DELUSER", name)
         admin.close()
+
+
+def test_close_leaves_no_node_connection_open(redis_cluster_url: str, fresh_prefix: str) -> None:
+    # A cluster opened from a URL gives each node a pool its client does not close: close() must.
+    backend = RedisClusterBackend.from_url(redis_cluster_url, prefix=fresh_prefix, check_durability=False)
+    backend.put("i/k", b"frame")
+    assert list(backend.scan("i/")) == ["i/k"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        backend.close()
+        del backend
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]

@@ -136,6 +136,7 @@ FAILING = {
     "sweep": ["sweep"],
     "reseal": ["reseal"],
     "verify": ["verify"],
+    "delete-prefix": ["delete-prefix", "--prefix", "k", "--yes"],
     "audit": ["audit"],
     "setup": ["setup"],
     "questions": ["questions"],

@@ -504,6 +504,19 @@ class RedisClusterBackend(RedisBackend):
         raws = self._read(functools.partial(self.client.mget_nonatomic, keys), "load", names[0])
         return [self.keys.got(name, raw) for name, raw in zip(names, raws, strict=True)]
 
+    def close(self) -> None:
+        """Close every node's connections.
+
+        redis-py's `RedisCluster.close` closes each node's client, but a cluster opened from a URL
+        gives each node a pool of its own that the node's client does not close (its
+        `auto_close_connection_pool` is off): without this their sockets stay open until collected.
+        """
+        nodes = self.client.get_nodes()
+        self.client.close()
+        for node in nodes:
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
+
     def __repr__(self) -> str:
         nodes = ",".join(node.name for node in self.client.get_primaries())
         return f"RedisClusterBackend({nodes}, prefix={self.prefix!r})"
