@@ -108,6 +108,7 @@ class FaultyProxy:
                     body = b'{"__type":"' + kind + b'","message":"The level of configured provisioned throughput '
                     body += b'for the table was exceeded."}'
                     self._answer(400, body, [("Content-Type", "application/x-amz-json-1.0")])
+                    return
                 if action == "serverbusy":  # Azure Storage's throttle: refused before it was applied
                     xml = b"<Error><Code>ServerBusy</Code><Message>The server is busy.</Message></Error>"
                     self._answer(503, xml, [("Content-Type", "application/xml"), ("x-ms-error-code", "ServerBusy")])
