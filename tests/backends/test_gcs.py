@@ -88,6 +88,11 @@ class TestGcsContractOnFake(StoreContract):
 class TestGcsAsyncContractOnFake(AsyncStoreContract, TestGcsContractOnFake):
     """The same cases through berth.aio (this backend in worker threads)."""
 
+    @pytest.mark.slow
+    def test_list_many(self, store: berth.Store) -> None:
+        """600 frames through worker threads, the same paging as the sync case above: behind `-m slow` for time."""
+        super().test_list_many(store)
+
 
 # --- the URL and its options ---------------------------------------------------------------
 
@@ -458,6 +463,11 @@ def emulator_bucket(gcs_emulator: str) -> str:
 
 
 class TestGcsContractOnEmulator(StoreContract):
+    @pytest.mark.slow
+    def test_list_many(self, store: berth.Store) -> None:
+        """600 frames on the emulator, the same paging as on FakeGcs above: behind `-m slow` for time."""
+        super().test_list_many(store)
+
     @pytest.fixture(autouse=True)
     def _emulator_limits(self, request: pytest.FixtureRequest) -> None:
         reason = EMULATOR_CANNOT.get(request.node.originalname)

@@ -71,6 +71,11 @@ class TestS3Contract(StoreContract):
 class TestS3AsyncContract(AsyncStoreContract, TestS3Contract):
     """The same cases through berth.aio (this backend in worker threads)."""
 
+    @pytest.mark.slow
+    def test_list_many(self, store: berth.Store) -> None:
+        """600 frames through worker threads, the same paging as the sync case above: behind `-m slow` for time."""
+        super().test_list_many(store)
+
 
 # --- the URL and its options ---------------------------------------------------------------
 
