@@ -24,6 +24,7 @@ cluster = require("redis.cluster", "Redis Cluster")
 
 from berth.backends.redis import AsyncRedisClusterBackend, DurabilityWarning, RedisClusterBackend  # noqa: E402
 from berth.backends.redis._slots import cluster_url  # noqa: E402
+from berth.backends.redis._sync import close_cluster  # noqa: E402
 
 pytestmark = pytest.mark.redis
 
@@ -32,15 +33,6 @@ def _admin(url: str) -> Any:
     client_url, others = cluster_url(url)
     nodes = [cluster.ClusterNode(h, p) for h, p in others]
     return cluster.RedisCluster.from_url(client_url, startup_nodes=nodes, socket_timeout=10)
-
-
-def _close(admin: Any) -> None:
-    # RedisCluster.close leaves a URL-opened cluster's node pools open (RedisClusterBackend.close says why)
-    nodes = admin.get_nodes()
-    admin.close()
-    for node in nodes:
-        if node.redis_connection is not None:
-            node.redis_connection.connection_pool.disconnect()
 
 
 @pytest.fixture
@@ -56,7 +48,7 @@ def fresh_prefix(redis_cluster_url: str) -> Iterator[str]:
             for key in keys:
                 server.unlink(key)
     finally:
-        _close(admin)
+        close_cluster(admin)
 
 
 @pytest.fixture
@@ -157,7 +149,7 @@ def test_an_identitys_frames_spread_over_every_primary_under_the_single_node_nam
         stored = admin.get(f"{fresh_prefix}frame:spread/000")
         assert stored == b"%020d" % int(tokens["spread/000"].value) + b"spread/000"
     finally:
-        _close(admin)
+        close_cluster(admin)
     assert sorted(backend.scan("spread/")) == NAMES
     assert sorted((n, t) for n, _, t, _ in backend.heads("spread/0", 100)) == sorted(
         (n, tokens[n]) for n in NAMES if n.startswith("spread/0")
@@ -265,7 +257,7 @@ def test_documented_acl_is_enough(redis_cluster_url: str, fresh_prefix: str) -> 
     finally:
         for node in nodes:
             admin.get_redis_connection(node).execute_command("ACL", "DELUSER", name)
-        _close(admin)
+        close_cluster(admin)
 
 
 def test_close_leaves_no_node_connection_open(redis_cluster_url: str, fresh_prefix: str) -> None:

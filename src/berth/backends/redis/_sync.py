@@ -44,6 +44,7 @@ __all__ = [
     "RedisClusterBackend",
     "check_cluster_durability",
     "check_durability",
+    "close_cluster",
     "pages_of",
     "server_of",
 ]
@@ -412,6 +413,20 @@ class RedisBackend(Backend):
         return f"RedisBackend({server_of(self.client)}, prefix={self.prefix!r})"
 
 
+def close_cluster(client: Any) -> None:
+    """Close a redis-py `RedisCluster` and every node's connections.
+
+    `RedisCluster.close` closes each node's client, but a cluster opened from a URL gives each node
+    a pool of its own that the node's client does not close (its `auto_close_connection_pool` is
+    off): without this their sockets stay open until collected.
+    """
+    nodes = client.get_nodes()
+    client.close()
+    for node in nodes:
+        if node.redis_connection is not None:
+            node.redis_connection.connection_pool.disconnect()
+
+
 class RedisClusterBackend(RedisBackend):
     """`RedisBackend` on a Redis Cluster (`redis+cluster://`): the same keys, scripts and semantics.
 
@@ -505,17 +520,8 @@ class RedisClusterBackend(RedisBackend):
         return [self.keys.got(name, raw) for name, raw in zip(names, raws, strict=True)]
 
     def close(self) -> None:
-        """Close every node's connections.
-
-        redis-py's `RedisCluster.close` closes each node's client, but a cluster opened from a URL
-        gives each node a pool of its own that the node's client does not close (its
-        `auto_close_connection_pool` is off): without this their sockets stay open until collected.
-        """
-        nodes = self.client.get_nodes()
-        self.client.close()
-        for node in nodes:
-            if node.redis_connection is not None:
-                node.redis_connection.connection_pool.disconnect()
+        """Close every node's connections (`close_cluster`)."""
+        close_cluster(self.client)
 
     def __repr__(self) -> str:
         nodes = ",".join(node.name for node in self.client.get_primaries())
