@@ -23,7 +23,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -394,27 +394,34 @@ class SqliteBackend(Backend):
         except _ERRORS.catches as exc:
             raise _ERRORS.error(exc, "save", name) from exc
 
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Cursor]:
+        """`with`: this thread's kept cursor in a write transaction (BEGIN IMMEDIATE), committed at the
+        end of the block, rolled back if the block or the commit raises; in this thread's turn."""
+        conn = self._conn()
+        cur = self._cursor()
+        with self._turn():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield cur
+                conn.execute("COMMIT")  # inside: a failed commit must not leave the transaction open
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
     def put_many(self, items: Sequence[Put]) -> list[Token | TokenMismatch]:
         """Every item in one transaction (one commit, one fsync); a failed condition is that item's outcome."""
         out: list[Token | TokenMismatch] = []
         if not items:
             return out
-        conn = self._conn()
-        cur = self._cursor()
         try:
-            with self._turn():
-                cur.execute("BEGIN IMMEDIATE")
-                try:
-                    for name, data, if_match, if_absent in items:
-                        try:
-                            out.append(self._write(cur, name, data, if_match, if_absent))
-                        except TokenMismatch as exc:
-                            out.append(exc)
-                    cur.execute("COMMIT")  # inside: a failed commit must not leave the transaction open
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
+            with self._transaction() as cur:
+                for name, data, if_match, if_absent in items:
+                    try:
+                        out.append(self._write(cur, name, data, if_match, if_absent))
+                    except TokenMismatch as exc:
+                        out.append(exc)
         except _ERRORS.catches as exc:
             raise _ERRORS.error(exc, "save", items[0].name) from exc
         return out
@@ -611,22 +618,14 @@ class SqliteBackend(Backend):
     def delete_many(self, items: Sequence[tuple[str, Token]]) -> list[bool]:
         """Delete each name still at its token, all in one transaction (one commit, one fsync)."""
         out = []
-        conn = self._conn()
         try:
-            with self._turn():
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    for name, token in items:
-                        if not isinstance(token.value, int):
-                            out.append(False)
-                            continue
-                        cur = conn.execute("DELETE FROM berth_frames WHERE name = ? AND gen = ?", (name, token.value))
-                        out.append(cur.rowcount == 1)
-                    conn.execute("COMMIT")  # inside: a failed commit must not leave the transaction open
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
+            with self._transaction() as cur:
+                for name, token in items:
+                    if not isinstance(token.value, int):
+                        out.append(False)
+                        continue
+                    cur.execute("DELETE FROM berth_frames WHERE name = ? AND gen = ?", (name, token.value))
+                    out.append(cur.rowcount == 1)
         except _ERRORS.catches as exc:
             raise _ERRORS.error(exc, "delete", items[0][0] if items else "*") from exc
         return out
