@@ -163,7 +163,7 @@ def langgraph_postgres_variants(dsn: str, messages: list[dict[str, Any]], only: 
 
 # --- one group per backend ----------------------------------------------------------------
 
-BACKENDS = ("file", "sqlite", "postgres", "redis", "s3", "gcs", "dynamodb", "azblob")
+BACKENDS = ("file", "sqlite", "postgres", "redis", "s3", "gcs", "dynamodb", "azblob", "redis-cluster")
 BUCKET = "berth-bench"
 
 
@@ -178,6 +178,7 @@ def backend_available(backend: str, ctx: dict[str, Any]) -> str | None:
         "gcs": "gcs",
         "dynamodb": "dynamodb",
         "azblob": "azblob",
+        "redis-cluster": "redis",
     }.get(backend)
     if module:
         try:
@@ -191,6 +192,7 @@ def backend_available(backend: str, ctx: dict[str, Any]) -> str | None:
             "gcs": "gcs",
             "dynamodb": "moto",
             "azblob": "azurite",
+            "redis-cluster": "redis_cluster",
         }[backend]
         if not ctx.get(server):
             return f"no {server} server ({ctx.get('skipped', {}).get(server, 'not started')})"
@@ -215,12 +217,24 @@ def berth_url(backend: str, ctx: dict[str, Any], tag: str) -> tuple[str, dict[st
         return f"dynamodb://{BUCKET}?endpoint_url={ctx['moto']}&region=us-east-1", {}
     if backend == "azblob":
         return f"azblob://{BUCKET}/berth-{tag}", {"connection_string": ctx["azurite"]}
+    if backend == "redis-cluster":
+        return ctx["redis_cluster"], {}
     raise ValueError(backend)
 
 
 def make_floor(backend: str, ctx: dict[str, Any], tag: str) -> Any:
     """The raw-client floor of `backend`, on the same database, directory, server or bucket as berth."""
-    from _floors import AzblobFloor, DynamoDbFloor, FileFloor, GcsFloor, PostgresFloor, RedisFloor, S3Floor, SqliteFloor
+    from _floors import (
+        AzblobFloor,
+        DynamoDbFloor,
+        FileFloor,
+        GcsFloor,
+        PostgresFloor,
+        RedisClusterFloor,
+        RedisFloor,
+        S3Floor,
+        SqliteFloor,
+    )
 
     if backend == "file":
         return FileFloor(f"{ctx['dir']}/floor-{tag}")
@@ -238,6 +252,8 @@ def make_floor(backend: str, ctx: dict[str, Any], tag: str) -> Any:
         return DynamoDbFloor(ctx["moto"], BUCKET, prefix=f"floor-{tag}")
     if backend == "azblob":
         return AzblobFloor(ctx["azurite"], BUCKET, prefix=f"floor-{tag}")
+    if backend == "redis-cluster":
+        return RedisClusterFloor(ctx["redis_cluster"])
     raise ValueError(backend)
 
 

@@ -284,6 +284,24 @@ class RedisFloor(_Sealed):
         self.client.close()
 
 
+class RedisClusterFloor(RedisFloor):
+    """RedisFloor on redis-py's `RedisCluster`: SET, GET and EVALSHA each sent to the primary of the key's slot."""
+
+    def __init__(self, url: str):
+        from redis.cluster import ClusterNode, RedisCluster
+
+        _Sealed.__init__(self)
+        hosts = url.partition("://")[2].partition("/")[0].split(",")
+        nodes = [ClusterNode(host, int(port)) for host, _, port in (h.rpartition(":") for h in hosts)]
+        self.client = RedisCluster(startup_nodes=nodes)  # type: ignore[assignment]
+        self._cad = self.client.register_script(_CAD)
+
+    def close(self) -> None:
+        from berth.backends.redis._sync import close_cluster
+
+        close_cluster(self.client)  # a cluster client leaves its nodes' pools open
+
+
 # --- S3 -----------------------------------------------------------------------------------
 
 

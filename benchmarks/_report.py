@@ -32,7 +32,9 @@ NAMES = {
     "redis": "Redis",
     "s3": "S3 (moto)",
     "gcs": "GCS (fake-gcs-server)",
+    "dynamodb": "DynamoDB (moto)",
     "azblob": "Azure Blob (Azurite)",
+    "redis-cluster": "Redis Cluster (3 local primaries)",
 }
 
 

@@ -5,7 +5,8 @@ database of its own, `berth_bench`, so that its per-database commit counters
 are not mixed with the other engineers' test runs. Redis gets a private
 `redis-server` on a free port (same flags as CI: no persistence) so that
 `INFO commandstats` counts only the suite's commands. moto and
-fake-gcs-server come from PyPI, Azurite from npm (CONTRIBUTING.md); each is started here, stopped at exit.
+fake-gcs-server come from PyPI, Azurite from npm (CONTRIBUTING.md); Redis Cluster is three private
+`redis-server --cluster-enabled yes` primaries (tests/_redis_cluster.py); each is started here, stopped at exit.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: 
 from tests._azurite import azurite_command, connection_string  # noqa: E402
 from tests._moto import moto_command  # noqa: E402
 from tests._net import free_port, wait_http, wait_port  # noqa: E402
+from tests._redis_cluster import LocalCluster  # noqa: E402
 
 POSTGRES_DSN = os.environ.get("BERTH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 BENCH_DB = os.environ.get("BERTH_BENCH_DB", "berth_bench")  # its own name lets two runs share one server
@@ -54,6 +56,7 @@ class Servers:
         self.moto: str | None = None
         self.gcs: str | None = None
         self.azurite: str | None = None
+        self.redis_cluster: str | None = None
 
     def __enter__(self) -> Servers:
         return self
@@ -62,7 +65,7 @@ class Servers:
         self.stack.close()
 
     def start(self, wanted: set[str]) -> None:
-        for name in ("postgres", "redis", "moto", "gcs", "azurite"):
+        for name in ("postgres", "redis", "moto", "gcs", "azurite", "redis_cluster"):
             if name in wanted:
                 try:
                     getattr(self, f"_start_{name}")()
@@ -147,6 +150,15 @@ class Servers:
             raise RuntimeError(f"azurite-blob did not start on port {port}")
         self.info["azurite"] = " ".join(command[:1]).rsplit("/", 1)[-1] + " (in memory)"
         self.azurite = connection_string(f"http://127.0.0.1:{port}/devstoreaccount1")
+
+    def _start_redis_cluster(self) -> None:
+        workdir = tempfile.mkdtemp(prefix="berth-bench-redis-cluster-")
+        self.stack.callback(shutil.rmtree, workdir, True)
+        cluster = LocalCluster(Path(workdir))  # three primaries, no replicas, no persistence: as the tests'
+        cluster.start()
+        self.stack.callback(cluster.stop)
+        self.info["redis cluster"] = "3 private primaries, no replicas, no persistence"
+        self.redis_cluster = cluster.url
 
 
 def _drain(stream: Any) -> None:

@@ -196,6 +196,7 @@ def main() -> None:
         need |= {"moto"} if {"s3", "dynamodb"} & set(wanted) else set()
         need |= {"gcs"} if "gcs" in wanted else set()
         need |= {"azurite"} if "azblob" in wanted else set()
+        need |= {"redis_cluster"} if "redis-cluster" in wanted else set()
         if "postgres" in need:
             try:
                 fresh_database()
@@ -211,6 +212,7 @@ def main() -> None:
             "moto": servers.moto,
             "gcs": servers.gcs,
             "azurite": servers.azurite,
+            "redis_cluster": servers.redis_cluster,
             "skipped": servers.skipped,
         }
         _cycle.prepare(ctx)
