@@ -9,6 +9,7 @@ import stat
 import sys
 import warnings
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 
@@ -311,3 +312,92 @@ def test_a_state_of_the_documented_maximum_fits_the_default_limit() -> None:
     with pytest.raises(berth.EnvelopeTooLarge, match="max_envelope_bytes"):
         store.save("k2", berth.Envelope(provider_state=too_big))
     assert store.load("k2") is None
+
+
+class _ListingFails(berth.backends.memory.MemoryBackend):
+    """A memory backend whose listing (heads, sorted_heads) fails as a client library's own error would."""
+
+    def heads(self, prefix: str, size: int) -> Any:
+        raise OSError("connection reset")
+
+    def sorted_heads(self, prefix: str, size: int, *, limit: int | None, reverse: bool) -> Any:
+        raise OSError("connection reset")
+
+
+def _bulk(store: berth.Store | berth.aio.AsyncStore, call: str, **kwargs: object) -> object:
+    """`store.<call>(**kwargs)`, awaited for an `AsyncStore`."""
+    result = getattr(store, call)(**kwargs)
+    if isinstance(store, berth.aio.AsyncStore):
+        return asyncio.run(result)
+    return result
+
+
+def _store(kind: str, backend: berth.backends.memory.MemoryBackend, *, witnessed: bool = False, **kwargs: Any) -> Any:
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    witness = berth.backends.memory.MemoryBackend() if witnessed else None
+    if kind == "sync":
+        return berth.Store(backend, identity="bulk", sealer=sealer, witness=witness, **kwargs)
+    return berth.aio.AsyncStore(
+        ThreadedBackend(backend),
+        identity="bulk",
+        sealer=sealer,
+        witness=None if witness is None else ThreadedBackend(witness),
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("call", "kwargs"),
+    [
+        ("sweep", {"prefix": "t/"}),
+        ("reseal", {"prefix": "t/"}),
+        ("delete_prefix", {"prefix": "t/"}),
+        ("adopt", {}),
+    ],
+)
+def test_a_bulk_call_whose_listing_fails_raises_a_backend_error_naming_identity_and_prefix(
+    kind: str, call: str, kwargs: dict[str, object]
+) -> None:
+    """A failed listing is the backend's failure, typed and named as every other (sync reseal and adopt
+    let the client's own error out unnamed)."""
+    store = _store(kind, _ListingFails(), witnessed=call == "adopt")
+    for progress in (None, lambda key: None):  # the backend's order, and key order
+        if call == "adopt" and progress is not None:
+            continue
+        with pytest.raises(berth.BackendError, match="connection reset") as caught:
+            _bulk(store, call, **kwargs, **({} if progress is None else {"on_progress": progress}))
+        assert caught.value.identity == "bulk"
+        assert caught.value.key == ("t/" if kwargs else "*")
+        assert isinstance(caught.value.__cause__, OSError)
+
+
+class _Mine(Exception):
+    """What a caller's callback raises."""
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("call", "hook"),
+    [("sweep", "on_removed"), ("sweep", "on_progress"), ("reseal", "on_progress"), ("delete_prefix", "on_progress")],
+)
+def test_what_a_bulk_calls_callback_raises_comes_out_as_raised(kind: str, call: str, hook: str) -> None:
+    """The caller's own error is not the backend's: never turned into a `BackendError` (the sync sweep
+    did, and both delete_prefix did for `on_progress`)."""
+    clock = [datetime(2026, 1, 1, tzinfo=timezone.utc)]
+    backend = berth.backends.memory.MemoryBackend()
+    seeding = berth.Store(backend, identity="bulk", sealer=berth.PlaintextSealer(), clock=lambda: clock[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for key in ("t/a", "t/b"):
+            seeding.save(key, make_envelope(deadline=clock[0] + timedelta(seconds=1)))
+    store = _store(kind, backend, accept_plaintext=True)
+
+    def hook_fn(_: object) -> None:
+        raise _Mine("the caller's own")
+
+    kwargs: dict[str, object] = {"prefix": "t/", hook: hook_fn}
+    if call == "sweep":
+        kwargs["now"] = clock[0] + timedelta(days=1)
+    with pytest.raises(_Mine):
+        _bulk(store, call, **kwargs)

@@ -311,24 +311,26 @@ class AsyncStore:
         core.check_walk(prefix, after)
         removed = 0
         batch: list[tuple[str, Token]] = []
-        try:
-            async for key, _header, token, _ in self._walk(prefix, after, on_progress, "delete_prefix"):
-                if token.is_zero:  # a value the backend could not read as one of its records, as Store's
-                    if on_progress is not None and not batch:
-                        on_progress(key)
-                    continue
-                batch.append((key, token))
-                if len(batch) >= _DELETE_BATCH:
-                    removed += await self._delete_batch(batch, on_progress)
-                    batch = []
-            if batch:
-                removed += await self._delete_batch(batch, on_progress)
-        except Exception as exc:
-            core.reraise(exc, prefix or "*", "delete_prefix")
+        async for key, _header, token, _ in self._walk(prefix, after, on_progress, "delete_prefix"):
+            if token.is_zero:  # a value the backend could not read as one of its records, as Store's
+                if on_progress is not None and not batch:
+                    on_progress(key)
+                continue
+            batch.append((key, token))
+            if len(batch) >= _DELETE_BATCH:
+                removed += await self._delete_batch(batch, prefix, on_progress)
+                batch = []
+        if batch:
+            removed += await self._delete_batch(batch, prefix, on_progress)
         return removed
 
-    async def _delete_batch(self, batch: Sequence[tuple[str, Token]], on_progress: Callable[[str], None] | None) -> int:
-        removed: int = await arun(self.frames.delete_rows(batch), self._io)
+    async def _delete_batch(
+        self, batch: Sequence[tuple[str, Token]], prefix: str, on_progress: Callable[[str], None] | None
+    ) -> int:
+        try:
+            removed: int = await arun(self.frames.delete_rows(batch), self._io)
+        except Exception as exc:
+            self._core.reraise(exc, prefix or "*", "delete_prefix")
         if on_progress is not None:
             for key, _ in batch:
                 on_progress(key)

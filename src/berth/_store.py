@@ -323,14 +323,21 @@ class Store:
             yield self.core.peeked(name, head, token, size)
 
     def _walk(
-        self, prefix: str, after: str | None, progress: Callable[[str], None] | None
+        self, prefix: str, after: str | None, progress: Callable[[str], None] | None, what: str
     ) -> Iterator[tuple[str, Header | Unreadable, Token, int]]:
-        """The heads a bulk call walks: any order, or key order from after `after` when it resumes
-        (`after`) or reports progress (`progress`), so that a walk cut short resumes where it stopped."""
-        if after is None and progress is None:
-            return self._heads(prefix)
-        rows = self._heads(prefix, ordered=True)
-        return rows if after is None else (row for row in rows if row[0] > after)
+        """The heads a bulk call (`what`) walks: any order, or key order from after `after` when it resumes
+        (`after`) or reports progress (`progress`), so that a walk cut short resumes where it stopped.
+
+        A failure of the listing comes out as a berth error naming the identity and `prefix`; what the
+        caller does with each row (its callbacks too) is not in here, and is not mapped.
+        """
+        with self.core.call(prefix or "*", what):
+            if after is None and progress is None:
+                yield from self._heads(prefix)
+                return
+            for row in self._heads(prefix, ordered=True):
+                if after is None or row[0] > after:
+                    yield row
 
     def list(self, prefix: str = "", *, limit: int | None = None, reverse: bool = False) -> Iterator[Listing]:
         """Stream what is parked under `prefix` in key order, from cleartext headers: no keys needed.
@@ -433,26 +440,31 @@ class Store:
         Raises:
             InvalidKey: a prefix (or `after`) with control characters or a leading "/" (before any I/O).
             BackendError: the backend failed; some envelopes may be gone.
+            What `on_progress` raises comes out as it was raised (not a `BackendError`), and ends the walk.
         """
         self.core.check_walk(prefix, after)
         removed = 0
         batch: list[tuple[str, Token]] = []
-        with self.core.call(prefix or "*", "delete_prefix"):
-            for key, _header, token, _ in self._walk(prefix, after, on_progress):
-                if token.is_zero:  # a value the backend could not read as one of its records
-                    if on_progress is not None and not batch:
-                        on_progress(key)
-                    continue
-                batch.append((key, token))
-                if len(batch) >= self.core.delete_batch:
-                    removed += self._delete_batch(batch, on_progress)
-                    batch = []
-            if batch:
-                removed += self._delete_batch(batch, on_progress)
+        for key, _header, token, _ in self._walk(prefix, after, on_progress, "delete_prefix"):
+            if token.is_zero:  # a value the backend could not read as one of its records
+                if on_progress is not None and not batch:
+                    on_progress(key)
+                continue
+            batch.append((key, token))
+            if len(batch) >= self.core.delete_batch:
+                removed += self._delete_batch(batch, prefix, on_progress)
+                batch = []
+        if batch:
+            removed += self._delete_batch(batch, prefix, on_progress)
         return removed
 
-    def _delete_batch(self, batch: Sequence[tuple[str, Token]], on_progress: Callable[[str], None] | None) -> int:
-        removed: int = run(self.frames.delete_rows(batch), self._targets)
+    def _delete_batch(
+        self, batch: Sequence[tuple[str, Token]], prefix: str, on_progress: Callable[[str], None] | None
+    ) -> int:
+        try:
+            removed: int = run(self.frames.delete_rows(batch), self._targets)
+        except Exception as exc:
+            self.core.reraise(exc, prefix or "*", "delete_prefix")
         if on_progress is not None:
             for key, _ in batch:
                 on_progress(key)
@@ -488,18 +500,23 @@ class Store:
             InvalidKey: a prefix (or `after`) with control characters or a leading "/" (before any I/O).
             InvalidEnvelope: `now` is a naive datetime.
             BackendError: the backend failed (what was deleted before stays deleted).
+            What `on_removed` or `on_progress` raises comes out as it was raised, and ends the sweep.
         """
         self.core.check_walk(prefix, after)
         now = self.core.sweep_now(now)
         removed = 0
-        with self.core.call(prefix or "*", "sweep"):
-            for key, header, token, size in self._walk(prefix, after, on_progress):
-                if self.core.is_expired(header, now) and run(self.frames.sweep_one(key, token), self._targets):
+        for key, header, token, size in self._walk(prefix, after, on_progress, "sweep"):
+            if self.core.is_expired(header, now):
+                try:
+                    swept = run(self.frames.sweep_one(key, token), self._targets)
+                except Exception as exc:
+                    self.core.reraise(exc, prefix or "*", "sweep")
+                if swept:
                     removed += 1
                     if on_removed is not None:
                         on_removed(self.core.listing(key, header, token, size))
-                if on_progress is not None:
-                    on_progress(key)
+            if on_progress is not None:
+                on_progress(key)
         return removed
 
     def reseal(
@@ -521,10 +538,12 @@ class Store:
 
         Raises:
             InvalidKey: a prefix (or `after`) with control characters or a leading "/" (before any I/O).
+            BackendError: the listing failed (a frame that fails to re-seal is counted in `.failed`).
+            What `on_progress` raises comes out as it was raised, and ends the walk.
         """
         self.core.check_walk(prefix, after)
         tally = self.core.reseal_tally()
-        for key, header, _, _ in self._walk(prefix, after, on_progress):
+        for key, header, _, _ in self._walk(prefix, after, on_progress, "reseal"):
             if tally.wants(key, header):
                 try:
                     outcome: BaseException | bool = run(self.frames.reseal_one(key), self._targets)
@@ -556,7 +575,7 @@ class Store:
         """
         self.frames.needs_witness("adopt")
         adopted = 0
-        for key, header, token, size in self._heads(""):
+        for key, header, token, size in self._walk("", None, None, "adopt"):
             if isinstance(header, Unreadable) or header.seq is not None:
                 continue
             adopted += run(self.frames.adopt_one(key, token, size), self._targets)
