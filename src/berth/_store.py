@@ -424,7 +424,8 @@ class Store:
 
         An envelope re-saved meanwhile survives (as in `sweep`); frames that do not open
         are deleted too. `"thread-1/"` removes a thread's keys; `"thread-1"` would also
-        remove `thread-10`'s. An empty prefix empties the identity. Needs no keys.
+        remove `thread-10`'s. An empty prefix empties the identity. Needs no keys. What `on_progress`
+        raises comes out as raised (never a `BackendError`) and ends the walk.
         Batched where the backend can (one transaction or statement per 500 on SQLite,
         PostgreSQL and Redis).
 
@@ -440,7 +441,6 @@ class Store:
         Raises:
             InvalidKey: a prefix (or `after`) with control characters or a leading "/" (before any I/O).
             BackendError: the backend failed; some envelopes may be gone.
-            What `on_progress` raises comes out as it was raised (not a `BackendError`), and ends the walk.
         """
         self.core.check_walk(prefix, after)
         removed = 0
@@ -483,7 +483,8 @@ class Store:
 
         Streams: memory stays bounded however many frames are parked or expired. An
         envelope re-saved during the sweep survives; a frame whose header cannot be read
-        is left in place (`list` shows it). Needs no keys.
+        is left in place (`list` shows it). Needs no keys. What `on_removed` or `on_progress` raises
+        comes out as raised (never a `BackendError`) and ends the sweep.
 
         Args:
             now: the instant to compare deadlines with (default: the store's clock).
@@ -500,7 +501,6 @@ class Store:
             InvalidKey: a prefix (or `after`) with control characters or a leading "/" (before any I/O).
             InvalidEnvelope: `now` is a naive datetime.
             BackendError: the backend failed (what was deleted before stays deleted).
-            What `on_removed` or `on_progress` raises comes out as it was raised, and ends the sweep.
         """
         self.core.check_walk(prefix, after)
         now = self.core.sweep_now(now)
@@ -524,7 +524,8 @@ class Store:
     ) -> ResealReport:
         """Re-seal every envelope not sealed by the sealer's current key.
 
-        Each is written back only if unchanged since it was read: a concurrent save wins.
+        Each is written back only if unchanged since it was read: a concurrent save wins. What
+        `on_progress` raises comes out as raised and ends the walk.
 
         Args:
             prefix: only keys starting with it ("" for all).
@@ -539,7 +540,6 @@ class Store:
         Raises:
             InvalidKey: a prefix (or `after`) with control characters or a leading "/" (before any I/O).
             BackendError: the listing failed (a frame that fails to re-seal is counted in `.failed`).
-            What `on_progress` raises comes out as it was raised, and ends the walk.
         """
         self.core.check_walk(prefix, after)
         tally = self.core.reseal_tally()
