@@ -4,8 +4,9 @@
   on a fresh process that runs N cycles, minus one that runs 0 (setup cancels);
 - SQLite statements: the connection's trace callback;
 - PostgreSQL commits and rows written: `pg_stat_database` of the suite's own database;
-- Redis commands: `INFO commandstats` of the suite's private server;
-- S3 and GCS requests: every urllib3 request the client library sends.
+- Redis commands: `INFO commandstats` of the suite's private server (Redis Cluster: summed over its
+  three private primaries);
+- S3, GCS, DynamoDB and Azure Blob requests: every urllib3 request the client library sends.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from _common import chat_messages, worker_command, worker_result
 
+_HTTP = ("s3", "gcs", "dynamodb", "azblob")  # clients on urllib3: their requests are counted
 ROLES = {
     "berth": "berth sealed",
     "floor": "floor (raw client)",
@@ -72,7 +74,7 @@ def count_job(args: dict[str, Any]) -> dict[str, Any]:
             statements[0] += 1
 
         conn.set_trace_callback(trace)
-    if backend in ("s3", "gcs"):
+    if backend in _HTTP:
         import urllib3.connectionpool
 
         requests = [0]
@@ -88,7 +90,7 @@ def count_job(args: dict[str, Any]) -> dict[str, Any]:
     if trace_statements:
         conn.set_trace_callback(None)
         counters["statements"] = statements[0]
-    if backend in ("s3", "gcs"):
+    if backend in _HTTP:
         counters["requests"] = requests[0]
     if variant.teardown:
         variant.teardown()
@@ -117,17 +119,22 @@ def _server_counters(backend: str, ctx: dict[str, Any]) -> dict[str, int]:
             ).fetchone()
         assert row is not None
         return {"commits": int(row[0]), "rows written": int(row[1])}
-    if backend == "redis":
+    if backend in ("redis", "redis-cluster"):
         import redis
 
-        client = redis.Redis.from_url(ctx["redis"])
-        stats = client.info("commandstats")
-        client.close()
+        if backend == "redis":
+            urls = [ctx["redis"]]
+        else:  # redis+cluster://host:port,host:port,.../ : every primary's own counters
+            urls = [f"redis://{h}" for h in ctx["redis_cluster"].partition("://")[2].partition("/")[0].split(",")]
         writes = ("cmdstat_set", "cmdstat_incr", "cmdstat_del", "cmdstat_unlink", "cmdstat_setrange")
-        return {
-            "commands": sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info"),
-            "write commands (AOF records)": sum(int(stats[k]["calls"]) for k in writes if k in stats),
-        }
+        out = {"commands": 0, "write commands (AOF records)": 0}
+        for url in urls:
+            client = redis.Redis.from_url(url)
+            stats = client.info("commandstats")
+            client.close()
+            out["commands"] += sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+            out["write commands (AOF records)"] += sum(int(stats[k]["calls"]) for k in writes if k in stats)
+        return out
     return {}
 
 

@@ -167,7 +167,8 @@ def counts_section(res: dict[str, Any], goals: Goals) -> list[str]:
         "Counted, not timed (see `_counts.py`): fsyncs (fsync + fdatasync, `strace -f -c`) for the local backends; "
         "SQLite statements (trace callback); PostgreSQL commits and rows written (including TOAST chunks) from "
         "`pg_stat_database` of the suite's own database; Redis commands from `INFO commandstats` of a private "
-        "server; S3 and GCS HTTP requests; socket sends (`sendto`/`sendmsg`) for the network backends. "
+        "server (summed over the primaries of Redis Cluster); S3, GCS, DynamoDB and Azure Blob HTTP requests; "
+        "socket sends (`sendto`/`sendmsg`) for the network backends. "
         "Each is a run of N cycles minus a run of none, divided by N."
     )
     out.append("")
