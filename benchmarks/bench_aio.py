@@ -111,7 +111,7 @@ class _Steps:
     """
 
     def __init__(self) -> None:
-        self.cpu = self.wall = self.gc = 0.0
+        self.cpu = self.wall = self.gc = self.whole = 0.0
         self.what = ""
         self._run: Any = None
         self._in_gc = 0.0
@@ -134,7 +134,9 @@ class _Steps:
             try:
                 run(handle)
             finally:
-                cpu = time.thread_time() - c - (steps._in_gc - gc_before)
+                whole = time.thread_time() - c
+                steps.whole = max(steps.whole, whole)
+                cpu = whole - (steps._in_gc - gc_before)
                 if cpu > steps.cpu:
                     steps.cpu, steps.what = cpu, repr(handle)[:160]
                 steps.wall = max(steps.wall, time.perf_counter() - w)
@@ -186,7 +188,7 @@ class _Async:
         self.rates: list[float] = []
         self.cpu = 0.0
         self.cycles = 0
-        self.step_cpu = self.step_wall = self.gc = 0.0
+        self.step_cpu = self.step_wall = self.gc = self.step_whole = 0.0
         self.what = ""
         self.lags: list[float] = []
 
@@ -209,6 +211,7 @@ class _Async:
         if steps.cpu > self.step_cpu:
             self.step_cpu, self.what = steps.cpu, steps.what
         self.step_wall = max(self.step_wall, steps.wall)
+        self.step_whole = max(self.step_whole, steps.whole)
         self.gc = max(self.gc, steps.gc)
 
     def result(self) -> dict[str, Any]:
@@ -220,6 +223,7 @@ class _Async:
             "step_cpu_max_ms": self.step_cpu * 1000,
             "step_cpu_max_what": self.what,
             "step_wall_max_ms": self.step_wall * 1000,
+            "step_cpu_gc_max_ms": self.step_whole * 1000,
             "gc_pause_max_ms": self.gc * 1000,
             "lag_max_ms": lags[-1] * 1000 if lags else 0.0,
             "lag_p99_ms": lags[int(len(lags) * 0.99)] * 1000 if lags else 0.0,
@@ -304,6 +308,58 @@ def _pin(cpus: set[int]) -> None:
             os.sched_setaffinity(int(tid), cpus)
         except (ProcessLookupError, OSError):
             pass  # a thread that ended meanwhile
+
+
+STALL_TASKS = 300
+STALL_LARGE = 48 << 20
+
+
+async def _large_cycles(store: berth.aio.AsyncStore, env: berth.Envelope, cycles: int, tag: str) -> float:
+    """`cycles` park/wake cycles of a large state, one after another; cycles per second."""
+    start = time.perf_counter()
+    for i in range(cycles):
+        await store.save(f"{tag}/{i}", env)
+        if await store.claim(f"{tag}/{i}") is None:
+            raise AssertionError(f"lost {tag}/{i}")
+    return cycles / (time.perf_counter() - start)
+
+
+def stalls(url: str, options: dict[str, Any], quick: bool) -> dict[str, Any]:
+    """The worst event-loop stall of issue 35: 300 sealed 64 KiB cycles at once, then 48 MiB states one by one.
+
+    Each is `_Async.round`: every loop step timed (its thread's CPU time with any GC collection
+    inside it, and apart from it; wall time) while the 1 ms ticker records the loop's lag.
+    """
+    from _common import big_state_bytes
+
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    small = envelope()
+    big = berth.Envelope(
+        provider="anthropic",
+        model="claude-bench",
+        config_digest="sha256:" + "0" * 64,
+        run_id="bench",
+        provider_state={"messages": json.loads(big_state_bytes(STALL_LARGE))},
+    )
+    rounds, large = (1, 1) if quick else (3, 3)
+    loop = asyncio.new_event_loop()
+    store = loop.run_until_complete(_open_async(url, options, sealer))
+    tag = f"stall-{uuid.uuid4().hex[:8]}"
+    try:
+        loop.run_until_complete(_async_round(store, small, 20, 20, f"{tag}/warm"))
+        concurrent, one_by_one = _Async(), _Async()
+        for r in range(rounds):
+            concurrent.round(loop, _async_round(store, small, STALL_TASKS, STALL_TASKS, f"{tag}/c{r}"), STALL_TASKS)
+        for r in range(large):
+            one_by_one.round(loop, _large_cycles(store, big, 1, f"{tag}/l{r}"), 1)
+    finally:
+        loop.run_until_complete(store.aclose())
+        loop.close()
+    return {
+        f"64KiB x{STALL_TASKS}": concurrent.result(),
+        f"{STALL_LARGE >> 20}MiB": one_by_one.result(),
+        "load": os.getloadavg()[0],
+    }
 
 
 def run(kinds: list[str], urls: dict[str, str], quick: bool) -> dict[str, Any]:

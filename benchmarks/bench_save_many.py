@@ -93,6 +93,25 @@ def _timed_async(url: str, fill: Callable[..., Any], items: int) -> float:
     return asyncio.run(main())
 
 
+def measure(url: str, items: int, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Saves/s one by one and with save_many, sync then async, the two alternating round by round.
+
+    What benchmarks/run.py calls (`--only save_many`): {"sync": {"one": [...], "many": [...]}, "async": ...}.
+    """
+    modes: list[tuple[str, Callable[[str, Callable[..., Any], int], float], Any, Any]] = [
+        ("sync", _timed_sync, _one_by_one, _many),
+        ("async", _timed_async, _aone_by_one, _amany),
+    ]
+    out: dict[str, dict[str, list[float]]] = {}
+    for mode, timed, one, many in modes:
+        rates: dict[str, list[float]] = {"one": [], "many": []}
+        for _ in range(rounds):
+            rates["one"].append(timed(url, one, items))
+            rates["many"].append(timed(url, many, items))
+        out[mode] = rates
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=2000)
@@ -110,17 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.items} saves of a 1 KiB state, AES-GCM, median of {args.rounds} rounds (saves/s)")
     print(f"{'backend':<11} {'mode':<6} {'one by one':>11} {'save_many':>10} {'ratio':>7}")
     for name in args.only.split(","):
-        url = urls[name]
-        modes: list[tuple[str, Callable[[str, Callable[..., Any], int], float], Any, Any]] = [
-            ("sync", _timed_sync, _one_by_one, _many),
-            ("async", _timed_async, _aone_by_one, _amany),
-        ]
-        for mode, timed, one, many in modes:
-            singles, batches = [], []
-            for _ in range(args.rounds):
-                singles.append(timed(url, one, args.items))
-                batches.append(timed(url, many, args.items))
-            single, batched = statistics.median(singles), statistics.median(batches)
+        for mode, rates in measure(urls[name], args.items, args.rounds).items():
+            single, batched = statistics.median(rates["one"]), statistics.median(rates["many"])
             print(f"{name:<11} {mode:<6} {single:>11,.0f} {batched:>10,.0f} {batched / single:>6.1f}×", flush=True)
     return 0
 

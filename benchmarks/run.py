@@ -1,11 +1,16 @@
 """berth's benchmark suite: berth beside its raw-client floor and beside LangGraph, on every backend, in one run.
 
-    .venv/bin/python benchmarks/run.py            # the whole suite (about 15-25 minutes on 2 cores)
+    .venv/bin/python benchmarks/run.py            # the whole suite (about 20-30 minutes on 2 cores)
     .venv/bin/python benchmarks/run.py --quick    # a few minutes, for a laptop
     .venv/bin/python benchmarks/run.py --only cycle,sealing
     .venv/bin/python benchmarks/run.py --from-json bench-results/results-....json   # rewrite the doc only
     .venv/bin/python benchmarks/run.py --only resume,savers --splice   # LangGraph's sections into the doc
     .venv/bin/python benchmarks/run.py --only aio --splice             # berth.aio's section 7 into the doc
+    .venv/bin/python benchmarks/run.py --only stalls,save_many --splice   # sections 13 and 14 into the doc
+
+`stalls` (bench_aio.stalls: 300 concurrent 64 KiB cycles and 48 MiB states on one event loop, every
+backend) and `save_many` (bench_save_many.measure: 1,000 saves one by one and in one call, SQLite,
+PostgreSQL, Redis) add about 3-4 minutes to a full run (30 s in --quick).
 
 Needs `pip install -e '.[all,hiredis]' --group bench`. Starts moto, fake-gcs-server and a private
 redis-server itself (as tests/conftest.py does); uses the local PostgreSQL
@@ -57,6 +62,8 @@ WORKLOADS = (
     "resume",
     "savers",
     "aio",
+    "stalls",
+    "save_many",
     "startup",
 )
 PACKAGES = (
@@ -192,6 +199,8 @@ def main() -> None:
         need = set()
         if {"postgres"} & set(wanted) or only & {"listing", "contention", "resume", "savers", "aio"}:
             need = {"postgres"}
+        if only & {"save_many"}:
+            need |= {"postgres"}
         need |= {"redis"} if "redis" in wanted else set()
         need |= {"moto"} if {"s3", "dynamodb"} & set(wanted) else set()
         need |= {"gcs"} if "gcs" in wanted else set()
@@ -354,6 +363,34 @@ def main() -> None:
             res["aio"] = bench_aio.run(ab, {"postgres": servers.postgres or "", "redis": servers.redis or ""}, quick)
             for backend, r in res["aio"].items():
                 log(f"  {backend}: {r.get('error') or r['ratios']}")
+
+        if "stalls" in only:
+            import bench_aio
+
+            res["stalls"] = {}
+            for backend in available:
+                log(f"stalls: {backend} (64 KiB x {bench_aio.STALL_TASKS} at once, then 48 MiB states)")
+                url, options = _cycle.berth_url(backend, ctx, "stalls")
+                try:
+                    res["stalls"][backend] = bench_aio.stalls(url, options, quick)
+                except Exception as exc:
+                    res["stalls"][backend] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                log(f"  {_report.stall_summary(res['stalls'][backend])}")
+
+        if "save_many" in only:
+            import bench_save_many
+
+            res["save_many"] = {"items": 300 if quick else 1000, "rounds": 1 if quick else 3, "backends": {}}
+            for backend in [b for b in ("sqlite", "postgres", "redis") if b in available]:
+                url, _ = _cycle.berth_url(backend, ctx, "save_many")  # these three take no options
+                log(f"save_many: {backend} ({res['save_many']['items']} saves x {res['save_many']['rounds']} rounds)")
+                rates: dict[str, Any]
+                try:
+                    rates = bench_save_many.measure(url, res["save_many"]["items"], res["save_many"]["rounds"])
+                except Exception as exc:
+                    rates = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                res["save_many"]["backends"][backend] = rates
+                log(f"  {rates}")
 
     meta["duration_s"] = time.time() - started
     res["meta"] = meta
