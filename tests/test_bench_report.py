@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests._bench import bench_report
 
-
-def _report() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_report_35", ROOT / "benchmarks" / "_report.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-R = _report()
+R = bench_report()
 
 
 def _contender(rate: float, cpu: float) -> dict[str, Any]:

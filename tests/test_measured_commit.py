@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import re
 import shutil
 import subprocess
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from scripts import reliability
 from scripts._commit import measured_commit
+
+from tests._bench import bench_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -108,14 +108,6 @@ def test_a_reliability_row_from_before_commits_were_recorded_says_so(
     assert f"{old} {reliability.UNRECORDED} |" in text.splitlines()
 
 
-def _bench_report() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "benchmarks" / "_report.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_benchmarks_page_names_the_commit_it_measured(tmp_path: Path) -> None:
     meta: dict[str, Any] = {
         "command": "python benchmarks/run.py --only counts",
@@ -127,9 +119,9 @@ def test_the_benchmarks_page_names_the_commit_it_measured(tmp_path: Path) -> Non
         "versions": {"berth": "0"},
     }
     doc = tmp_path / "benchmarks.md"
-    _bench_report().write({"meta": meta}, doc, tmp_path / "chart.png")
+    bench_report().write({"meta": meta}, doc, tmp_path / "chart.png")
     assert "Run 2026-12-01 02:00 UTC on commit abc1234+dirty (quick mode, 12 s)." in doc.read_text().splitlines()
     # results saved before runs recorded their commit say so rather than naming none
     del meta["commit"]
-    _bench_report().write({"meta": meta}, doc, tmp_path / "chart.png")
+    bench_report().write({"meta": meta}, doc, tmp_path / "chart.png")
     assert "Run 2026-12-01 02:00 UTC on commit unrecorded (quick mode, 12 s)." in doc.read_text().splitlines()
