@@ -48,6 +48,7 @@ _SERVERS = {
     "s3": pytest.mark.s3,
     "gcs": pytest.mark.gcs,
     "dynamodb": pytest.mark.dynamodb,
+    "azblob": pytest.mark.azblob,
 }
 
 
@@ -118,6 +119,19 @@ def target(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.M
         client.create_bucket(Bucket=bucket)
         client.close()
         yield Target(f"s3://{bucket}/lg", {"endpoint_url": moto_url})
+    elif kind == "azblob":  # the session's Azurite, a fresh container made as `berth setup` makes it
+        for name in (
+            "AZURE_STORAGE_CONNECTION_STRING",
+            "AZURE_STORAGE_ACCOUNT",
+            "AZURE_STORAGE_KEY",
+            "AZURE_STORAGE_SAS_TOKEN",
+        ):
+            monkeypatch.delenv(name, raising=False)
+        azurite: str = request.getfixturevalue("azurite")
+        url = f"azblob://berth-lg-{uuid.uuid4().hex[:16]}/lg"
+        with berth.open_store(url, identity="setup", sealer=_sealer(), connection_string=azurite) as store:
+            store.backend.setup()
+        yield Target(url, {"connection_string": azurite})
     elif kind == "postgresql":
         dsn: str = request.getfixturevalue("postgres_dsn")
         schema = f"berth_lg_{uuid.uuid4().hex[:12]}"
