@@ -346,7 +346,13 @@ class S3Floor(_Sealed):
 
 
 class DynamoDbFloor(_Sealed):
-    """boto3: put_item with a fresh version, get_item (consistent), delete_item on condition of the version."""
+    """boto3: put_item with a fresh version, get_item (consistent), delete_item on condition of the version.
+
+    The same three requests as berth's cycle. berth's put also carries `attribute_not_exists(digest)`
+    (so that a frame it replaces that was stored in parts is known and its parts dropped) and splits
+    the frame into `head` and `body` attributes for listings; one item of 64 KiB needs neither, so
+    the floor sends neither, and berth's ratio pays for both.
+    """
 
     def __init__(self, endpoint: str, table: str, prefix: str = "floor"):
         import boto3
@@ -389,7 +395,11 @@ class DynamoDbFloor(_Sealed):
 
 
 class AzblobFloor(_Sealed):
-    """azure-storage-blob: upload_blob (its ETag), download_blob, delete_blob(etag, IfNotModified)."""
+    """azure-storage-blob: upload_blob (its ETag), download_blob, delete_blob(etag, IfNotModified).
+
+    The same three requests as berth's cycle (one Put Blob, one Get Blob, one Delete Blob with If-Match),
+    on the client's default settings where berth sets its timeouts, retry policy and content type.
+    """
 
     def __init__(self, connection_string: str, container: str, prefix: str = "floor"):
         from azure.storage.blob import ContainerClient
