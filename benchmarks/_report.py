@@ -739,6 +739,10 @@ def write(res: dict[str, Any], doc: Path, png: Path) -> Goals:
         f"Run {meta['when']} on commit {meta.get('commit') or 'unrecorded'} ({meta['mode']} mode, "
         f"{meta['duration_s']:.0f} s).",
         "",
+        "The raw figures of every trial are in `docs/results/benchmarks.json` (with the tree hash of `src/` "
+        "measured, which finds the commit again after a rebase); `python benchmarks/run.py --from-json "
+        "docs/results/benchmarks.json` re-derives this page from them.",
+        "",
         "## Machine and versions",
         "",
         "| | |",

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/run.py            # the whole suite (about 20-30 minutes on 2 cores)
     .venv/bin/python benchmarks/run.py --quick    # a few minutes, for a laptop
     .venv/bin/python benchmarks/run.py --only cycle,sealing
-    .venv/bin/python benchmarks/run.py --from-json bench-results/results-....json   # rewrite the doc only
+    .venv/bin/python benchmarks/run.py --from-json docs/results/benchmarks.json   # rewrite the doc only
     .venv/bin/python benchmarks/run.py --only resume,savers --splice   # LangGraph's sections into the doc
     .venv/bin/python benchmarks/run.py --only aio --splice             # berth.aio's section 7 into the doc
     .venv/bin/python benchmarks/run.py --only stalls,save_many --splice   # sections 13 and 14 into the doc
@@ -16,9 +16,10 @@ Needs `pip install -e '.[all,hiredis]' --group bench`. Starts moto, fake-gcs-ser
 redis-server itself (as tests/conftest.py does); uses the local PostgreSQL
 (BERTH_TEST_POSTGRES, default postgresql://postgres@127.0.0.1:5432/test) in a
 database of its own, `berth_bench` (or `BERTH_BENCH_DB`), which it drops and re-creates. Writes
-docs/benchmarks.md, docs/benchmarks-cycle.png and the raw figures as JSON under
-bench-results/. A backend whose module or server is missing is reported as
-not measured, never silently dropped. Benchmarks are not tests: nothing here
+docs/benchmarks.md, docs/benchmarks-cycle.png and the raw figures of every trial as JSON to
+docs/results/benchmarks.json (committed beside the page: `--from-json` re-derives every figure
+of the page from it; `--splice` merges the sections run into it). A backend whose module or
+server is missing is reported as not measured, never silently dropped. Benchmarks are not tests: nothing here
 runs in CI.
 """
 
@@ -49,7 +50,7 @@ import _common  # noqa: E402
 import _cycle  # noqa: E402
 import _report  # noqa: E402
 from _servers import BENCH_DB, POSTGRES_DSN, Servers  # noqa: E402
-from scripts._commit import measured_commit  # noqa: E402
+from scripts._commit import measured_commit, src_tree  # noqa: E402
 
 WORKLOADS = (
     "cycle",
@@ -83,6 +84,40 @@ PACKAGES = (
     "pycryptodome",
     "moto",
 )
+
+
+RAW_NAME = "docs/results/benchmarks.json"
+RAW = ROOT / RAW_NAME
+
+
+def _rounded(x: Any) -> Any:
+    """`x` with every float to 6 significant digits: the raw file stays small and its diffs readable."""
+    if isinstance(x, float):
+        return float(f"{x:.6g}")
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_rounded(v) for v in x]
+    return x
+
+
+def write_raw(res: dict[str, Any], path: Path, splice: bool) -> Path:
+    """Write the raw results of a run (the doc's notes apart: notes.md is their source) to `path`.
+
+    With `splice` the sections run replace theirs in the file's last results and the run's
+    meta is appended to its "spliced" list; the file's own meta stays the full run's.
+    """
+    fresh = _rounded({k: v for k, v in res.items() if k != "notes"})
+    if splice and path.exists():
+        saved = json.loads(path.read_text())
+        for key, value in fresh.items():
+            if key not in ("meta", "skipped"):
+                saved[key] = value
+        saved.setdefault("spliced", []).append(fresh["meta"])
+        fresh = saved
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(fresh, indent=1, ensure_ascii=False, default=str) + "\n")
+    return path
 
 
 def log(msg: str) -> None:
@@ -154,7 +189,9 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="scratch directory for files and SQLite (default: under /var/tmp)")
     ap.add_argument("--doc", default=str(ROOT / "docs" / "benchmarks.md"))
     ap.add_argument("--chart", default=str(ROOT / "docs" / "benchmarks-cycle.png"))
-    ap.add_argument("--results", default=str(ROOT / "bench-results"))
+    ap.add_argument(
+        "--results", default=str(RAW), help="the raw results file (JSON) to write, or with --splice to merge into"
+    )
     ap.add_argument("--from-json", default=None, help="rewrite the doc and chart from a saved results file")
     ap.add_argument(
         "--splice",
@@ -191,7 +228,8 @@ def main() -> None:
         + ("" if only == set(WORKLOADS) else f" --only {args.only}"),
         "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "mode": "quick" if quick else "full",
-        "commit": measured_commit(ROOT, generated=["docs/benchmarks.md", "docs/benchmarks-cycle.png"]),
+        "commit": measured_commit(ROOT, generated=["docs/benchmarks.md", "docs/benchmarks-cycle.png", RAW_NAME]),
+        "src_tree": src_tree(ROOT),
         "machine": machine(),
         "versions": versions(),
     }
@@ -397,16 +435,13 @@ def main() -> None:
     notes = HERE / "notes.md"
     if notes.exists():
         res["notes"] = notes.read_text().strip().splitlines()
-    out_dir = Path(args.results)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    (out_dir / f"results-{stamp}.json").write_text(json.dumps(res, indent=1, default=str))
+    raw = write_raw(res, Path(args.results), args.splice)
     if args.splice:
         goals = _report.splice(Path(args.doc), res)
-        log(f"spliced {', '.join(sorted(only))} into {args.doc}; wrote {out_dir}/results-{stamp}.json")
+        log(f"spliced {', '.join(sorted(only))} into {args.doc} and {raw}")
     else:
         goals = _report.write(res, Path(args.doc), Path(args.chart))
-        log(f"wrote {args.doc}, {args.chart} and {out_dir}/results-{stamp}.json")
+        log(f"wrote {args.doc}, {args.chart} and {raw}")
     for goal, figure, ok in goals.rows:
         print(f"  {'MET    ' if ok else 'NOT MET' if ok is not None else '       '}  {goal}: {figure}")
     if not args.dir:

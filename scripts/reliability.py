@@ -11,7 +11,9 @@ local ones), a private moto server and fake-gcs-server started here. A server th
 is not reachable gives a row marked "skipped". Only loopback traffic.
 
 Prints one row per scenario and backend -- trials, failures, seconds -- and
-replaces the table between the markers in docs/reliability.md (unless --no-write).
+replaces the table between the markers in docs/reliability.md (unless --no-write),
+and the raw record of every row in docs/results/reliability.json (with every note of
+a row, the commit it measured and the tree hash of src/ there; --merge merges both).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import json
 import logging
 import os
 import platform
@@ -36,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from scripts._commit import measured_commit  # noqa: E402
+from scripts._commit import commit_exists, measured_commit, src_tree  # noqa: E402
 from tests._moto import moto_command  # noqa: E402
 from tests._net import free_port, wait_http  # noqa: E402
 from tests.reliability import (  # noqa: E402
@@ -489,6 +492,53 @@ def write_doc(body: str) -> None:
     DOC.write_text(f"{head}{BEGIN}\n{body}\n{END}{tail}")
 
 
+def raw_path() -> Path:
+    """Where the raw records of the table live: docs/results/reliability.json beside the page."""
+    return DOC.parent / "results" / "reliability.json"
+
+
+def raw_record(r: Result, commit: str, tree: str | None) -> dict[str, Any]:
+    """One row's raw record: the table's cells, every note (up to 20), the commit and src/ tree measured."""
+    record: dict[str, Any] = {
+        "scenario": r.scenario,
+        "backend": r.backend,
+        "trials": r.trials,
+        "failures": r.failures,
+        "seconds": round(r.seconds, 1),
+        "commit": commit,
+        "src_tree": tree,
+        "notes": r.notes[:20],
+    }
+    if tree is None and commit != UNRECORDED and not commit_exists(ROOT, commit):
+        record["lost"] = "measured before src trees were recorded; its commit was rebased away"
+    return record
+
+
+def write_raw(rows: list[Result], commits: dict[tuple[str, str], str], fresh: dict[tuple[str, str], str],
+              runs: list[dict[str, Any]], merge: bool) -> None:  # fmt: skip
+    """Write docs/results/reliability.json: a record per row of the table, in its order, and the runs.
+
+    `fresh` maps the rows run now to the src/ tree they measured; with `merge` the other rows keep
+    their records (a row of the page with no record yet gets one from the page's cells).
+    """
+    path = raw_path()
+    old: dict[str, Any] = {"runs": [], "rows": []}
+    if merge and path.exists():
+        old = json.loads(path.read_text())
+    kept = {(x["scenario"], x["backend"]): x for x in old["rows"]}
+    records = []
+    for r in rows:
+        key = (r.scenario, r.backend)
+        commit = commits.get(key) or UNRECORDED
+        if key in fresh:
+            records.append(raw_record(r, commit, fresh[key]))
+        else:
+            records.append(kept.get(key) or raw_record(r, commit, None))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"runs": [*old["runs"], *runs] if merge else runs, "rows": records}
+    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen scenarios, print the table, write it to docs/reliability.md; exit 1 on any failure."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -504,7 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)  # psycopg.pool narrates every reconnect during the fault trials
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
-    commit = measured_commit(ROOT, generated=["docs/reliability.md"])
+    commit = measured_commit(ROOT, generated=["docs/reliability.md", "docs/results/reliability.json"])
+    tree = src_tree(ROOT)
     rows: list[Result] = []
     # the scenarios that run on the servers
     served = {"races", "races-witness", "faults", "hostile", "cancel", "a2a", "mcp-rounds"}
@@ -529,6 +580,7 @@ def main(argv: list[str] | None = None) -> int:
                 for note in r.notes[1:4] if r.failures else []:
                     print(f"    {note}", flush=True)
     commits = {(r.scenario, r.backend): commit for r in rows}
+    ran = set(commits)
     if args.merge:
         kept, kept_commits = previous_rows()
         rows = [r for r in kept if (r.scenario, r.backend) not in commits] + rows
@@ -546,7 +598,14 @@ def main(argv: list[str] | None = None) -> int:
     print("\n" + table(rows, commits))
     if not args.no_write:
         write_doc(body)
-        print(f"\nwritten to {DOC}", file=sys.stderr)
+        fresh = dict.fromkeys(ran, tree)
+        if args.merge and not raw_path().exists():  # the first raw file: the page's earlier runs as they read
+            history_records = [{"line": line[2:]} for line in history]
+        else:
+            history_records = []
+        run_record = {"line": run + ".", "commit": commit, "src_tree": tree}
+        write_raw(rows, commits, fresh, [*history_records, run_record], args.merge)
+        print(f"\nwritten to {DOC} and {raw_path()}", file=sys.stderr)
     return 1 if any(r.failures for r in rows) else 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 from scripts import reliability
-from scripts._commit import measured_commit
+from scripts._commit import commit_exists, commit_with_tree, measured_commit, src_tree
 
 from tests._bench import bench_report
 
@@ -93,6 +94,34 @@ def test_the_reliability_page_names_the_commit_of_its_run_and_of_each_row(
     assert [line[-len("commit def5678+dirty.") :] for line in text.splitlines() if line.startswith("- `")][1:] == [
         "commit def5678+dirty."
     ]
+
+    # the raw records beside the page: one per row, in the table's order, each with its own commit and src/ tree
+    raw = json.loads((tmp_path / "results" / "reliability.json").read_text())
+    assert [(x["scenario"].split(":")[0], x["commit"]) for x in raw["rows"]] == [
+        *(("tamper", "abc1234") for _ in rows),
+        ("leaks", "def5678+dirty"),
+    ]
+    assert all(x["src_tree"] == src_tree(ROOT) for x in raw["rows"])
+    assert [run["commit"] for run in raw["runs"]] == ["abc1234", "def5678+dirty"]
+
+
+def test_a_rebased_commit_is_found_again_by_its_src_tree(repo: Path) -> None:
+    (repo / "src").mkdir()
+    (repo / "src" / "m.py").write_text("x = 1\n")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "code")
+    measured, tree = measured_commit(repo), src_tree(repo)
+    assert re.fullmatch(r"[0-9a-f]{40}", tree)
+    (repo / "docs" / "page.md").write_text("other\n")  # a rebase rewrites the hash, not src/
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=u", "-c", "user.email=u@example.com", "commit", "-q", "--amend", "-m", "code'")
+    _git(repo, "reflog", "expire", "--expire=now", "--all")
+    _git(repo, "gc", "-q", "--prune=now")
+    assert not commit_exists(repo, measured)
+    assert commit_with_tree(repo, tree) == _git(repo, "rev-parse", "--short=7", "HEAD")
+    assert commit_with_tree(repo, tree + "+dirty") is None
+    (repo / "src" / "m.py").write_text("x = 2\n")
+    assert src_tree(repo) == f"{tree}+dirty"
 
 
 def test_a_reliability_row_from_before_commits_were_recorded_says_so(
