@@ -659,7 +659,8 @@ def open_store(
         witness: a second backend URL (or a backend), ideally in another trust domain, where
             berth records the latest frame of each key and how it left; load and claim then
             refuse a frame that is not the latest, and `audit()` finds deleted, replayed and
-            rolled-back frames (docs/store.md, "The witness"). Opened with no options but `create`.
+            rolled-back frames (docs/store.md, "The witness"). Opened from its own URL, query options
+            included (`?synchronous=NORMAL` on a SQLite witness), and `create`: `**options` are the store's.
         **options: passed to the backend; `create=False` (any scheme) opens only a store that
             exists, its witness too: where a backend would create its storage (a directory, a
             database file, a table) it raises `BackendError` instead, creating nothing

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from berth._atomic import make_dirs
 from berth._errors import BerthError, FormatError, StoreMissing, TokenMismatch, caller_level
@@ -35,6 +35,7 @@ from berth._token import Token
 from berth.backends import Backend, Put
 from berth.backends._bulk import FRAME_BATCH, Frame, Head, bound
 from berth.backends._errmap import ErrorMap, Row
+from berth.backends._url import own_options
 
 __all__ = ["SqliteBackend"]
 
@@ -51,6 +52,7 @@ _BLOB_PIECE = 1 << 20
 
 
 _ERRORS = ErrorMap("sqlite", [Row(sqlite3.Error)])
+_URL_OPTIONS = {"synchronous": str, "busy_timeout": float}  # the query parameters a sqlite:// URL takes
 
 
 def _frame(row: tuple[Any, ...]) -> Frame:
@@ -296,10 +298,11 @@ class SqliteBackend(Backend):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SqliteBackend:
-        parts = urlsplit(url)
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        if "synchronous" in query:
-            options.setdefault("synchronous", query["synchronous"])
+        """Open `sqlite:////abs/file.db`, with `synchronous` and `busy_timeout` from the query or
+        keywords (a keyword wins); any other query parameter is refused, before any I/O."""
+        rest = urlsplit(own_options(url, _URL_OPTIONS, options, "sqlite")).query
+        if rest:
+            raise BerthError(f"sqlite URL query takes only {', '.join(_URL_OPTIONS)}, got {rest!r}")
         return cls(url_path(url), **options)
 
     def _create_file(self) -> None:
