@@ -692,8 +692,8 @@ def chart(res: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def write(res: dict[str, Any], doc: Path, png: Path) -> Goals:
-    """Write the markdown and the chart; returns the goals with their figures."""
+def write(res: dict[str, Any], doc: Path, png: Path | None) -> Goals:
+    """Write the markdown and the chart (none if `png` is None); returns the goals with their figures."""
     goals = Goals()
     meta = res["meta"]
     body: list[str] = []
@@ -723,7 +723,7 @@ def write(res: dict[str, Any], doc: Path, png: Path) -> Goals:
         body += savers_section(res, goals)
     if res.get("save_many"):
         body += save_many_section(res, goals)
-    if res.get("cycle"):
+    if res.get("cycle") and png is not None:
         chart(res, png)
     head = [
         "# Benchmarks",
@@ -761,7 +761,7 @@ def write(res: dict[str, Any], doc: Path, png: Path) -> Goals:
         *[f"| {g} | {f} | {'' if ok is None else _mark(ok)} |" for g, f, ok in goals.rows],
         "",
     ]
-    if res.get("cycle"):
+    if res.get("cycle") and png is not None:
         head += [f"![cycle throughput per backend]({png.name})", ""]
     notes = res.get("notes") or []
     tail = ["## Where the time goes", "", *notes, ""] if notes else []

@@ -188,7 +188,7 @@ def main() -> None:
     ap.add_argument("--backends", default=",".join(_cycle.BACKENDS), help="comma-separated subset of backends")
     ap.add_argument("--dir", default=None, help="scratch directory for files and SQLite (default: under /var/tmp)")
     ap.add_argument("--doc", default=str(ROOT / "docs" / "benchmarks.md"))
-    ap.add_argument("--chart", default=str(ROOT / "docs" / "benchmarks-cycle.png"))
+    ap.add_argument("--chart", default=str(ROOT / "docs" / "benchmarks-cycle.png"), help="'' for no chart")
     ap.add_argument(
         "--results", default=str(RAW), help="the raw results file (JSON) to write, or with --splice to merge into"
     )
@@ -208,7 +208,7 @@ def main() -> None:
             _report.splice(Path(args.doc), saved)
             log(f"spliced {args.from_json} into {args.doc}")
             return
-        _report.write(saved, Path(args.doc), Path(args.chart))
+        _report.write(saved, Path(args.doc), Path(args.chart) if args.chart else None)
         log(f"wrote {args.doc} and {args.chart} from {args.from_json}")
         return
     only = set(args.only.split(","))
@@ -440,8 +440,8 @@ def main() -> None:
         goals = _report.splice(Path(args.doc), res)
         log(f"spliced {', '.join(sorted(only))} into {args.doc} and {raw}")
     else:
-        goals = _report.write(res, Path(args.doc), Path(args.chart))
-        log(f"wrote {args.doc}, {args.chart} and {raw}")
+        goals = _report.write(res, Path(args.doc), Path(args.chart) if args.chart else None)
+        log(f"wrote {args.doc}, {args.chart or 'no chart'} and {raw}")
     for goal, figure, ok in goals.rows:
         print(f"  {'MET    ' if ok else 'NOT MET' if ok is not None else '       '}  {goal}: {figure}")
     if not args.dir:

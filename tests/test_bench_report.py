@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests._bench import bench_report
+from tests._bench import ROOT, bench_report
 
 R = bench_report()
 
@@ -112,3 +113,34 @@ def test_splice_replaces_the_stall_and_save_many_rows(tmp_path: Path) -> None:
     assert "| save_many SQLite async: ≥ 10× saves one by one | 20.0× (20.0–20.0) | **met** |" in text
     assert text.count("| save_many SQLite async") == 1
     assert text.count(R.SAVE_MANY_HEADING) == 1
+
+
+def _ab() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_ab", ROOT / "benchmarks" / "ab.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ab_judges_each_row_against_the_spread_of_runs_of_the_same_tree() -> None:
+    ab = _ab()
+    rate, cpu, none = "cycle X: berth ≥ 0.9× floor", "cycle X: berth's client CPU ≤ 1.1× floor's", "witness X: cost"
+
+    def run(r: float, c: float, met: bool = True) -> dict[str, tuple[str, bool | None]]:
+        return {rate: (f"{r}× (0.8–1.1)", met), cpu: (f"{c}× (1,000 vs 900 µs)", True), none: ("2.0×", None)}
+
+    base = [run(1.00, 1.00), run(1.04, 1.02)]  # A/A: 0.96-1.04 and 0.98-1.02
+    rows = {r["goal"]: r for r in ab.compare(base, [run(0.90, 1.01), run(0.92, 1.00)])}
+    assert rows[rate]["verdict"] == "WORSE than noise"  # a rate fell by 10%, noise is 4%
+    assert rows[cpu]["verdict"] == "within noise"
+    assert rows[none]["verdict"] == "no goal direction"
+    rows = {r["goal"]: r for r in ab.compare(base, [run(1.01, 1.10), run(1.03, 1.12)])}
+    assert rows[rate]["verdict"] == "within noise"
+    assert rows[cpu]["verdict"] == "WORSE than noise"  # lower is better for a ≤ goal
+    rows = {r["goal"]: r for r in ab.compare(base, [run(1.02, 1.0, met=False), run(1.02, 1.0, met=False)])}
+    assert rows[rate]["verdict"] == "WORSE: goal met on base, not on head"
+    assert ab.headline("1,506 claims/s") == 1506.0
