@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests._bench import ROOT, bench_report
+from tests._bench import ROOT, bench_report, load
 
 R = bench_report()
 
@@ -116,14 +115,7 @@ def test_splice_replaces_the_stall_and_save_many_rows(tmp_path: Path) -> None:
 
 
 def _ab() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_ab", ROOT / "benchmarks" / "ab.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load(ROOT / "benchmarks" / "ab.py", "bench_ab")
 
 
 def test_ab_judges_each_row_against_the_spread_of_runs_of_the_same_tree() -> None:
