@@ -115,6 +115,67 @@ def test_large_bodies_stream_to_the_same_bytes_one_shot_aes_gcm_reads() -> None:
     assert pieces == list(parts) and all(type(p) is bytes for p in pieces)
 
 
+def test_large_bodies_hold_the_gil_a_mib_at_a_time(monkeypatch) -> None:
+    # issue 35 (loop stalls): berth.aio seals and opens large frames in a worker thread, but one
+    # cryptography call or one allocation of the whole frame holds the GIL, so the event loop too,
+    # for all of it (~20 ms each at 48 MiB). Asserted: no call of the cipher is given more than a
+    # MiB, and the frame is grown, never allocated whole (which zeroes it in one call).
+    from cryptography.hazmat.primitives import ciphers
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from berth import _aesgcm
+    from berth._sealer import LARGE_FRAME, FrameBuffer
+
+    fed: list[int] = []
+    real = ciphers.Cipher
+
+    class Context:  # an encryptor or decryptor, recording the size of every piece it is given
+        def __init__(self, ctx):
+            self.ctx = ctx
+
+        def update(self, data):
+            fed.append(len(data))
+            return self.ctx.update(data)
+
+        def update_into(self, data, buf):
+            fed.append(len(data))
+            return self.ctx.update_into(data, buf)
+
+        def __getattr__(self, name):
+            return getattr(self.ctx, name)
+
+    class SpyCipher:
+        def __init__(self, *args):
+            self.cipher = real(*args)
+
+        def encryptor(self):
+            return Context(self.cipher.encryptor())
+
+        def decryptor(self):
+            return Context(self.cipher.decryptor())
+
+    sized: list[int] = []
+
+    class SpyBuffer(FrameBuffer):
+        def __init__(self, arg=b""):
+            if isinstance(arg, int):
+                sized.append(arg)
+            super().__init__(arg)
+
+    monkeypatch.setattr(ciphers, "Cipher", SpyCipher)
+    monkeypatch.setattr(_aesgcm, "FrameBuffer", SpyBuffer)
+    key, nonce = bytes(range(32)), bytes(12)
+    parts = (b"head:", os.urandom(BIG), b"}")
+    sealed = _aesgcm.gcm_seal_parts(key, AESGCM(key), nonce, b"FRAME", parts, b"aad")
+    assert fed and max(fed) <= LARGE_FRAME and sum(fed) == sum(map(len, parts))
+    assert sized == [] and isinstance(sealed, FrameBuffer)
+    fed.clear()
+    cuts = (len(parts[0]), len(parts[0]) + BIG)
+    pieces = _aesgcm.gcm_open_split(key, AESGCM(key), nonce, memoryview(sealed)[5:], b"aad", cuts)
+    assert pieces == list(parts) and all(type(p) is bytes for p in pieces)
+    assert len(fed) >= 4 and max(fed) <= LARGE_FRAME and sum(fed) == sum(map(len, parts))
+
+
 @pytest.mark.parametrize("where", [0, BIG // 2, BIG + 20, -1])
 def test_a_changed_byte_in_a_large_body_fails_to_open(where: int) -> None:
     sealer = berth.AesGcmSealer(berth.Keyring.generate())

@@ -49,6 +49,8 @@ CREATE TABLE IF NOT EXISTS berth_frames (
 _PAGE = 256
 _BLOB_IO = LARGE_FRAME  # frames from this size are written into a zeroblob piece by piece (see _write_large)
 _BLOB_PIECE = 1 << 20
+# A frame of _BLOB_IO bytes or more comes back NULL (length() reads no overflow page): read by blob I/O.
+_GET = f"SELECT CASE WHEN length(data) < {_BLOB_IO} THEN data END, gen FROM berth_frames WHERE name = ?"  # noqa: S608
 
 
 _ERRORS = ErrorMap("sqlite", [Row(sqlite3.Error)])
@@ -484,8 +486,10 @@ class SqliteBackend(Backend):
     def get(self, name: str) -> tuple[bytes, Token] | None:
         try:
             # fetchall: the kept cursor's statement is stepped to its end and reset, so no read
-            # transaction stays open between calls.
-            rows = self._cursor().execute("SELECT data, gen FROM berth_frames WHERE name = ?", (name,)).fetchall()
+            # transaction stays open between calls. A large frame comes back NULL: _read_large.
+            rows = self._cursor().execute(_GET, (name,)).fetchall()
+            if rows and rows[0][0] is None:
+                return self._read_large(name)
         except _ERRORS.catches as exc:
             raise _ERRORS.error(exc, "load", name) from exc
         if not rows:
@@ -493,6 +497,31 @@ class SqliteBackend(Backend):
         data, gen = rows[0]
         if type(data) is not bytes or type(gen) is not int:
             raise FormatError(f"sqlite row for {name!r} is not a berth frame (a {type(data).__name__} value)")
+        return data, Token(gen)
+
+    def _read_large(self, name: str) -> tuple[bytes, Token] | None:
+        """A large frame and its generation, read in one snapshot by blob I/O.
+
+        Fetched as a column, the frame is copied out of SQLite's pages with the GIL held (~40 ms
+        at 48 MiB: every thread of the process, and an event loop, waits that long); `Blob.read`
+        releases the GIL while SQLite reads, so only the buffer's allocation holds it.
+        """
+        conn = self._conn()
+        own = not conn.in_transaction  # else: already in the caller's snapshot
+        if own:
+            conn.execute("BEGIN")
+        try:
+            rows = conn.execute("SELECT rowid, gen, typeof(data) FROM berth_frames WHERE name = ?", (name,)).fetchall()
+            if not rows:
+                return None  # deleted since the first read
+            rowid, gen, kind = rows[0]
+            if kind != "blob" or type(gen) is not int:
+                raise FormatError(f"sqlite row for {name!r} is not a berth frame (a {kind} value)")
+            with conn.blobopen("berth_frames", "data", rowid, readonly=True) as blob:
+                data = blob.read()
+        finally:
+            if own:
+                conn.execute("COMMIT")
         return data, Token(gen)
 
     def delete(self, name: str, token: Token) -> None:
