@@ -5,6 +5,7 @@
     .venv/bin/python scripts/reliability.py --quick      # the CI counts, for a smoke run
     .venv/bin/python scripts/reliability.py --only crash races --backends file sqlite
     .venv/bin/python scripts/reliability.py --only races --backends s3 --count 2000 --merge   # a busy machine
+    .venv/bin/python scripts/reliability.py --remap   # after a rebase: rows cite the commits now holding their code
 
 Servers: PostgreSQL and Redis from BERTH_TEST_POSTGRES / BERTH_TEST_REDIS (default the
 local ones), a private moto server and fake-gcs-server started here. A server that
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from scripts._commit import commit_exists, measured_commit, src_tree  # noqa: E402
+from scripts._commit import commit_exists, commit_with_tree, measured_commit, src_tree  # noqa: E402
 from tests._moto import moto_command  # noqa: E402
 from tests._net import free_port, wait_http  # noqa: E402
 from tests.reliability import (  # noqa: E402
@@ -539,6 +540,31 @@ def write_raw(rows: list[Result], commits: dict[tuple[str, str], str], fresh: di
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
 
 
+def remap() -> int:
+    """After a rebase: each row citing a commit no longer in the history cites the one that holds its src/ tree.
+
+    Rewrites the table and docs/results/reliability.json (the old hash kept as "rebased_from");
+    runs nothing. Returns how many rows still cite a commit not in the history.
+    """
+    rows, commits = previous_rows()
+    raw = json.loads(raw_path().read_text())
+    lost = 0
+    for record in raw["rows"]:
+        key, commit = (record["scenario"], record["backend"]), record["commit"]
+        if commit == UNRECORDED or commit_exists(ROOT, commit):
+            continue
+        found = commit_with_tree(ROOT, record.get("src_tree") or "")
+        if found is None:
+            lost += 1
+            continue
+        record["rebased_from"], record["commit"] = commit, found
+        commits[key] = found
+        print(f"{record['scenario']} / {record['backend']}: {commit} -> {found}", file=sys.stderr)
+    write_doc("\n".join(previous_runs()) + "\n\n" + table(rows, commits))
+    raw_path().write_text(json.dumps(raw, indent=1, ensure_ascii=False) + "\n")
+    return lost
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen scenarios, print the table, write it to docs/reliability.md; exit 1 on any failure."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -550,7 +576,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--merge", action="store_true", help="keep the doc's rows for the scenarios and backends not run now"
     )
+    parser.add_argument(
+        "--remap",
+        action="store_true",
+        help="after a rebase: rows cite the commit now holding their src/ tree; runs nothing",
+    )
     args = parser.parse_args(argv)
+    if args.remap:
+        left = remap()
+        print(f"{left} row(s) cite a commit not in the history and no recorded src/ tree finds it", file=sys.stderr)
+        return 0
     logging.disable(logging.WARNING)  # psycopg.pool narrates every reconnect during the fault trials
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()

@@ -154,3 +154,31 @@ def test_the_benchmarks_page_names_the_commit_it_measured(tmp_path: Path) -> Non
     del meta["commit"]
     bench_report().write({"meta": meta}, doc, tmp_path / "chart.png")
     assert "Run 2026-12-01 02:00 UTC on commit unrecorded (quick mode, 12 s)." in doc.read_text().splitlines()
+
+
+def test_remap_points_a_rebased_row_at_the_commit_holding_its_src_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = _git(ROOT, "rev-parse", "HEAD:src")
+    now = commit_with_tree(ROOT, tree)
+    assert now is not None
+    doc = tmp_path / "reliability.md"
+    header = "| scenario | backend | trials | failures | seconds | commit |\n| --- | --- | ---: | ---: | ---: | --- |"
+    rows = "| tamper | file | 10 | 0 | 1.0 | 0000000 |\n| leaks | file | 10 | 0 | 1.0 | 1111111 |"
+    doc.write_text(f"# Reliability\n\n{reliability.BEGIN}\n- `run`.\n\n{header}\n{rows}\n{reliability.END}\n")
+    monkeypatch.setattr(reliability, "DOC", doc)
+    record = {"trials": 10, "failures": 0, "seconds": 1.0, "notes": []}
+    raw = {
+        "runs": [{"line": "`run`."}],
+        "rows": [
+            {"scenario": "tamper", "backend": "file", "commit": "0000000", "src_tree": tree, **record},
+            {"scenario": "leaks", "backend": "file", "commit": "1111111", "src_tree": "0" * 40, **record},
+        ],
+    }
+    reliability.raw_path().parent.mkdir()
+    reliability.raw_path().write_text(json.dumps(raw))
+    assert reliability.remap() == 1  # the second row's tree is in no commit: it stays, and is counted
+    assert f"| tamper | file | 10 | 0 | 1.0 | {now} |" in doc.read_text().splitlines()
+    assert "| leaks | file | 10 | 0 | 1.0 | 1111111 |" in doc.read_text().splitlines()
+    saved = json.loads(reliability.raw_path().read_text())
+    assert saved["rows"][0]["commit"] == now and saved["rows"][0]["rebased_from"] == "0000000"
