@@ -83,6 +83,17 @@ _COORDINATOR = {
     "arun": "run",
 }
 
+_STORE = {
+    "AsyncBackend": "Backend",
+    "AsyncIO": "SyncIO",
+    "AsyncStore": "Store",
+    "aclose": "close",
+    "arun": "run",
+    "berth.aio.open_store": "berth.open_store",
+}
+
+_OPEN = {"AsyncBackend": "Backend", "AsyncStore": "Store", "_aio_open": "_open", "_aio_store": "_store"}
+
 _PG_POOL = {"AsyncConnection": "Connection", "AsyncCursor": "Cursor", "AsyncLease": "Lease", "AsyncPool": "Pool"}
 
 _AZBLOB = {
@@ -94,7 +105,9 @@ _AZBLOB = {
 
 TWINS: tuple[Twin, ...] = (
     Twin("src/berth/_aio_coordinator.py", "src/berth/_coordinator.py", _COORDINATOR),
+    Twin("src/berth/_aio_open.py", "src/berth/_open.py", _OPEN),
     Twin("src/berth/_aio_questions.py", "src/berth/_questions.py", _QUESTIONS),
+    Twin("src/berth/_aio_store.py", "src/berth/_store.py", _STORE),
     Twin("src/berth/backends/azblob/_aio_backend.py", "src/berth/backends/azblob/_backend.py", _AZBLOB),
     Twin("src/berth/backends/postgres/_aio_pool.py", "src/berth/backends/postgres/_pool.py", _PG_POOL),
     Twin("src/berth/langgraph/_aio_io.py", "src/berth/langgraph/_io.py", _SAVER_IO),

@@ -613,7 +613,7 @@ def test_the_store_shells_are_twins_in_names_parameters_and_defaults() -> None:
         face(berth.Store) - face(berth.aio.AsyncStore),
         face(berth.aio.AsyncStore) - face(berth.Store),
     )
-    assert only_sync == {"close"} and only_async == {"aclose", "core", "sync"}, (only_sync, only_async)
+    assert only_sync == {"close"} and only_async == {"aclose", "sync"}, (only_sync, only_async)
     for name in sorted(face(berth.Store) & face(berth.aio.AsyncStore)) + ["__init__"]:
         sync, aio = getattr(berth.Store, name), getattr(berth.aio.AsyncStore, name)
         assert callable(sync) == callable(aio), name

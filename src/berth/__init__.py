@@ -52,11 +52,12 @@ if TYPE_CHECKING:
     from berth._kms_sealer import KmsSealer
     from berth._multi import MultiSealer
     from berth._notify import Webhook, verify_webhook
+    from berth._open import open_store
     from berth._plaintext import PlaintextSealer
     from berth._question_types import Answer, AnswerRefused, Decision, InvalidAnswer, Question, ToolRequest
     from berth._questions import QuestionStore, open_questions
     from berth._sealer import Sealer
-    from berth._store import Store, open_store
+    from berth._store import Store
     from berth._token import Token
     from berth._witness import AuditReport
     from berth.backends import Backend

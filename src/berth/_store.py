@@ -1,17 +1,10 @@
-"""The store: a backend, a sealer and an identity, with the semantics of docs/contract.md.
-
-`Store` is the sync shell: it checks arguments (before any I/O) and runs plans -- its frames
-strategy's (`berth._frames`, `berth._witnessed`: chosen once at open) and its core's claim
-(`berth._core`) -- with the sync driver (save, load and a claim's two steps through the
-strategy's `hot_path`: plain frames run them straight-line, `berth._frames.PlainHotPath`);
-enumerations stream the backend's headers and run a plan per row. `berth.aio.AsyncStore` is the same shell awaited.
-"""
+# generated from src/berth/_aio_store.py by scripts/twin.py — do not edit: change the source and run the script
+"""`Store`: the store's sync shell (generated from `berth._aio_store`, which says how it works)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
 
 from berth._batch import SaveItem, SaveResult, checked
 from berth._codec import Header
@@ -37,7 +30,7 @@ from berth._sealer import Sealer
 from berth._token import Token
 from berth._witness import AuditReport
 from berth._witnessed import Frames, frames_for
-from berth.backends import Backend, Head, as_backend, open_backend
+from berth.backends import Backend, as_backend
 
 __all__ = [
     "DEFAULT_MAX_ENVELOPE_BYTES",
@@ -48,7 +41,6 @@ __all__ = [
     "Store",
     "StoreCore",
     "StoreSteps",
-    "open_store",
     "store_sealer",
 ]
 
@@ -56,8 +48,9 @@ __all__ = [
 class Store:
     """Parks sealed envelopes under keys of one identity, in one backend.
 
-    Safe to share between threads. Open one with `berth.open_store(url, ...)`,
-    or wrap a backend of your own: `Store(backend, identity="pr-bot", sealer=...)`.
+    Open one with `berth.open_store(url, ...)`, or wrap a backend of your own:
+    `Store(backend, identity="pr-bot", sealer=...)`. Safe to share between threads (`berth.aio`'s:
+    between the tasks of one event loop); its backend, between processes.
     """
 
     def __init__(
@@ -83,12 +76,13 @@ class Store:
             clock=clock,
             namespace=namespace,
         )
-        """Every decision this store makes that is not I/O (shared with `berth.aio.AsyncStore`)."""
+        """Every decision this store makes that is not I/O (the one class both shells hold)."""
         self.backend = as_backend(backend)
-        self.frames: Frames = frames_for(self.core, None if witness is None else as_backend(witness))
+        witness = None if witness is None else as_backend(witness)
+        self.frames: Frames = frames_for(self.core, witness)
         """How this store writes and reads frames, chosen here once: plainly, or through a witness."""
-        self._targets = {FrameIO: SyncIO(records=self.frames.records, owner=self), Cpu: INLINE}
-        self._hot = self.frames.hot_path(self, self._targets)
+        self._io = {FrameIO: SyncIO(records=self.frames.records, owner=self), Cpu: INLINE}
+        self._hot = self.frames.hot_path(self, self._io)
         instrument(self, "store", identity=self.core.identity, backend=self.backend)  # before steps bind them
         self.steps: StoreSteps = _Steps(self)
         """This store playing `StoreSteps` in plans (a claim's, a coordinator's, the question store's)."""
@@ -138,8 +132,10 @@ class Store:
         Raises:
             BackendError: the migration failed.
         """
-        with self.core.call("*", "setup"):
+        try:
             self.backend.setup()
+        except Exception as exc:
+            self.core.reraise(exc, "*", "setup")
 
     def now(self) -> datetime:
         """The store's clock (injectable for tests)."""
@@ -215,7 +211,7 @@ class Store:
         batch = checked(self.core, items)
         if not batch:
             return []
-        return run(self.frames.save_many(batch), self._targets)
+        return run(self.frames.save_many(batch), self._io)
 
     def load(self, key: str, *, allow_expired: bool = False) -> Parked | None:
         """Open the envelope parked under `key`, with the token that can claim it.
@@ -255,7 +251,7 @@ class Store:
         keys, names = self.core.names(keys)
         if not names:
             return []
-        return run(self.frames.load_many(keys, names, allow_expired), self._targets)
+        return run(self.frames.load_many(keys, names, allow_expired), self._io)
 
     def delete(self, key: str, token: Token) -> None:
         """Remove the envelope under `key` only if `token` is still its current generation.
@@ -299,7 +295,7 @@ class Store:
         return self._hot.claim_load(key)
 
     def _heads(
-        self, prefix: str, *, ordered: bool = False, limit: int | None = None, reverse: bool = False
+        self, prefix: str, what: str, *, ordered: bool = False, limit: int | None = None, reverse: bool = False
     ) -> Iterator[tuple[str, Header | Unreadable, Token, int]]:
         """(key, header, token, size) of every frame under `prefix`, one at a time.
 
@@ -307,20 +303,22 @@ class Store:
         that is not a frame at all) comes out with an `Unreadable` saying why in place of its
         header. Only a failure of the backend itself (`BackendError`) ends it.
         """
-        full_prefix = self.core.prefix + prefix
-        rows: Iterator[Head]
-        if ordered:
-            rows = self.backend.sorted_heads(full_prefix, self.core.head_read, limit=limit, reverse=reverse)
-        else:
-            rows = self.backend.heads(full_prefix, self.core.head_read)
-        for name, head, token, size in rows:
-            if self.core.needs_full(head):
-                # A header longer than the first read: read just the header, never the frame.
-                found = self.backend.head(name, self.core.header_size(head))
-                if found is None:
-                    continue
-                head, token = found
-            yield self.core.peeked(name, head, token, size)
+        core = self.core
+        try:
+            if ordered:
+                rows = self.backend.sorted_heads(core.prefix + prefix, core.head_read, limit=limit, reverse=reverse)
+            else:
+                rows = self.backend.heads(core.prefix + prefix, core.head_read)
+            for name, head, token, size in rows:
+                if core.needs_full(head):
+                    # A header longer than the first read: read just the header, never the frame.
+                    found = self.backend.head(name, core.header_size(head))
+                    if found is None:
+                        continue
+                    head, token = found
+                yield core.peeked(name, head, token, size)
+        except Exception as exc:
+            core.reraise(exc, prefix or "*", what)
 
     def _walk(
         self, prefix: str, after: str | None, progress: Callable[[str], None] | None, what: str
@@ -331,13 +329,10 @@ class Store:
         A failure of the listing comes out as a berth error naming the identity and `prefix`; what the
         caller does with each row (its callbacks too) is not in here, and is not mapped.
         """
-        with self.core.call(prefix or "*", what):
-            if after is None and progress is None:
-                yield from self._heads(prefix)
-                return
-            for row in self._heads(prefix, ordered=True):
-                if after is None or row[0] > after:
-                    yield row
+        if after is None and progress is None:
+            return self._heads(prefix, what)
+        rows = self._heads(prefix, what, ordered=True)
+        return rows if after is None else (row for row in rows if row[0] > after)
 
     def list(self, prefix: str = "", *, limit: int | None = None, reverse: bool = False) -> Iterator[Listing]:
         """Stream what is parked under `prefix` in key order, from cleartext headers: no keys needed.
@@ -363,9 +358,8 @@ class Store:
         return self._listings(prefix, limit, reverse)
 
     def _listings(self, prefix: str, limit: int | None, reverse: bool) -> Iterator[Listing]:
-        with self.core.call(prefix or "*", "list"):
-            for key, header, token, size in self._heads(prefix, ordered=True, limit=limit, reverse=reverse):
-                yield self.core.listing(key, header, token, size)
+        for key, header, token, size in self._heads(prefix, "list", ordered=True, limit=limit, reverse=reverse):
+            yield self.core.listing(key, header, token, size)
 
     def load_prefix(
         self,
@@ -406,16 +400,18 @@ class Store:
         return self._loaded(prefix, limit, reverse, allow_expired, before)
 
     def _loaded(
-        self, prefix: str, limit: int | None, reverse: bool, allow_expired: bool, before: str | None = None
+        self, prefix: str, limit: int | None, reverse: bool, allow_expired: bool, before: str | None
     ) -> Iterator[tuple[str, Parked]]:
         core = self.core
         bounded = {} if before is None else {"before": core.prefix + before}
-        with core.call(prefix or "*", "load"):
+        try:
             rows = self.backend.sorted_frames(core.prefix + prefix, limit=limit, reverse=reverse, **bounded)
             for name, data, token in rows:
-                key, parked = run(self.frames.loaded(name, data, token, allow_expired), self._targets)
+                key, parked = run(self.frames.loaded(name, data, token, allow_expired), self._io)
                 if parked is not None:  # a witnessed load of a key that left meanwhile
                     yield key, parked
+        except Exception as exc:
+            core.reraise(exc, prefix or "*", "load")
 
     def delete_prefix(
         self, prefix: str, *, after: str | None = None, on_progress: Callable[[str], None] | None = None
@@ -462,7 +458,7 @@ class Store:
         self, batch: Sequence[tuple[str, Token]], prefix: str, on_progress: Callable[[str], None] | None
     ) -> int:
         try:
-            removed: int = run(self.frames.delete_rows(batch), self._targets)
+            removed: int = run(self.frames.delete_rows(batch), self._io)
         except Exception as exc:
             self.core.reraise(exc, prefix or "*", "delete_prefix")
         if on_progress is not None:
@@ -502,19 +498,20 @@ class Store:
             InvalidEnvelope: `now` is a naive datetime.
             BackendError: the backend failed (what was deleted before stays deleted).
         """
-        self.core.check_walk(prefix, after)
-        now = self.core.sweep_now(now)
+        core = self.core
+        core.check_walk(prefix, after)
+        now = core.sweep_now(now)
         removed = 0
         for key, header, token, size in self._walk(prefix, after, on_progress, "sweep"):
-            if self.core.is_expired(header, now):
+            if core.is_expired(header, now):
                 try:
-                    swept = run(self.frames.sweep_one(key, token), self._targets)
+                    swept = run(self.frames.sweep_one(key, token), self._io)
                 except Exception as exc:
-                    self.core.reraise(exc, prefix or "*", "sweep")
+                    core.reraise(exc, prefix or "*", "sweep")
                 if swept:
                     removed += 1
                     if on_removed is not None:
-                        on_removed(self.core.listing(key, header, token, size))
+                        on_removed(core.listing(key, header, token, size))
             if on_progress is not None:
                 on_progress(key)
         return removed
@@ -545,14 +542,16 @@ class Store:
         tally = self.core.reseal_tally()
         for key, header, _, _ in self._walk(prefix, after, on_progress, "reseal"):
             if tally.wants(key, header):
-                try:
-                    outcome: BaseException | bool = run(self.frames.reseal_one(key), self._targets)
-                except Exception as exc:
-                    outcome = exc
-                tally.record(key, outcome)
+                tally.record(key, self._reseal_one(key))
             if on_progress is not None:
                 on_progress(key)
         return tally.report()
+
+    def _reseal_one(self, key: str) -> BaseException | bool:
+        try:
+            return run(self.frames.reseal_one(key), self._io)
+        except Exception as exc:
+            return exc
 
     def adopt(self) -> int:
         """Record in the witness every frame parked before the store had one: trust them as they are now.
@@ -578,7 +577,7 @@ class Store:
         for key, header, token, size in self._walk("", None, None, "adopt"):
             if isinstance(header, Unreadable) or header.seq is not None:
                 continue
-            adopted += run(self.frames.adopt_one(key, token, size), self._targets)
+            adopted += run(self.frames.adopt_one(key, token, size), self._io)
         return adopted
 
     def acknowledge(self, key: str) -> bool:
@@ -601,7 +600,7 @@ class Store:
         """
         self.frames.needs_witness("acknowledge")
         self.core.name(key)
-        return run(self.frames.acknowledge(key), self._targets)
+        return run(self.frames.acknowledge(key), self._io)
 
     def audit(self) -> AuditReport:
         """Compare every frame with the witness's record of its key: what is missing, replayed or unknown.
@@ -620,11 +619,11 @@ class Store:
             BackendError: the store's or the witness's backend failed.
         """
         self.frames.needs_witness("audit")
-        return run(self.frames.audit(), self._targets)
+        return run(self.frames.audit(), self._io)
 
 
 class _Steps:
-    """A `Store` playing `StoreSteps`: its own methods, bound once (no call of its own per step)."""
+    """The store playing `StoreSteps`: its own methods, bound once (no call of its own per step)."""
 
     __slots__ = ("claim_load", "load", "remove", "save")
 
@@ -633,56 +632,6 @@ class _Steps:
         self.load = store.load
         self.claim_load = store._claim_load
         self.remove = store._remove
-
-
-def open_store(
-    url: str,
-    *,
-    identity: str,
-    sealer: Sealer | None = None,
-    accept_plaintext: bool = False,
-    max_envelope_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
-    clock: Callable[[], datetime] | None = None,
-    witness: str | Backend | None = None,
-    **options: Any,
-) -> Store:
-    """Open a store by URL: memory://, file:///dir, sqlite:////abs/file.db, postgresql://, redis://, gs://, s3://.
-
-    Args:
-        url: where frames live; a scheme whose extra is not installed names the extra.
-        identity: the namespace of one agent, tenant or service.
-        sealer: None means `PlaintextSealer()`, with a warning once (development only).
-        accept_plaintext: let a sealed store read legacy plaintext frames, to `reseal` them.
-        max_envelope_bytes: refuse envelopes whose JSON (before sealing) is larger than this;
-            the default, 65 MiB, takes a 64 MiB `provider_state` with 1 MiB for the rest.
-        clock: returns "now" as an aware datetime (tests inject one).
-        witness: a second backend URL (or a backend), ideally in another trust domain, where
-            berth records the latest frame of each key and how it left; load and claim then
-            refuse a frame that is not the latest, and `audit()` finds deleted, replayed and
-            rolled-back frames (docs/store.md, "The witness"). Opened from its own URL, query options
-            included (`?synchronous=NORMAL` on a SQLite witness), and `create`: `**options` are the store's.
-        **options: passed to the backend; `create=False` (any scheme) opens only a store that
-            exists, its witness too: where a backend would create its storage (a directory, a
-            database file, a table) it raises `BackendError` instead, creating nothing
-            (PostgreSQL at the first call, which is when it looks).
-
-    Raises:
-        InvalidKey: the identity is invalid (before any I/O).
-        BerthError: unknown scheme, or its extra is not installed.
-    """
-    sealer = store_sealer(url, identity, sealer)
-    create = options.get("create", True)  # a witness opened with create=False creates nothing either
-    witness_backend = open_backend(witness, create=create) if isinstance(witness, str) else witness
-    backend = open_backend(url, **options)
-    return Store(
-        backend,
-        identity=identity,
-        sealer=sealer,
-        accept_plaintext=accept_plaintext,
-        max_envelope_bytes=max_envelope_bytes,
-        clock=clock,
-        witness=witness_backend,
-    )
 
 
 publish(globals())  # its public names read as berth.X

@@ -10,9 +10,9 @@ errors::
         ...
     await store.aclose()
 
-One implementation of the contract serves both APIs: an `AsyncStore` runs the
-sync `Store`'s own checks, codec, sealing and error mapping around an awaited
-backend call, and the multi-step protocols (claim, suspend, wake, the question
+One implementation of the contract serves both APIs: an `AsyncStore` holds the
+same core as a `Store` (checks, codec, sealing, error mapping; the sync shell is
+generated from the async one), and the multi-step protocols (claim, suspend, wake, the question
 store's compare-and-swap) are plans both drive. PostgreSQL (psycopg's
 AsyncConnection) and Redis (`redis.asyncio`) are async natively; SQLite, the
 file system, GCS and S3 -- whose official clients block -- run in a bounded
@@ -21,16 +21,10 @@ pool of worker threads (`max_threads`, default 8). See docs/store.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
-from typing import Any
-
 from berth._aio_coordinator import AsyncCoordinator, Coordinator
-from berth._aio_open import open_backend
+from berth._aio_open import open_backend, open_store
 from berth._aio_questions import AsyncQuestionStore, open_questions
 from berth._aio_store import OFF_LOOP_BYTES, AsyncStore
-from berth._sealer import Sealer
-from berth._store import DEFAULT_MAX_ENVELOPE_BYTES, store_sealer
 from berth.backends._aio import DEFAULT_MAX_THREADS, AsyncBackend, ThreadedBackend
 
 __all__ = [
@@ -46,42 +40,3 @@ __all__ = [
     "open_questions",
     "open_store",
 ]
-
-
-def open_store(
-    url: str,
-    *,
-    identity: str,
-    sealer: Sealer | None = None,
-    accept_plaintext: bool = False,
-    max_envelope_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
-    clock: Callable[[], datetime] | None = None,
-    max_threads: int = DEFAULT_MAX_THREADS,
-    witness: str | AsyncBackend | None = None,
-    **options: Any,
-) -> AsyncStore:
-    """Open an `AsyncStore` by URL; arguments as `berth.open_store`, plus `max_threads`.
-
-    Opening makes no connection on PostgreSQL and Redis; SQLite and the file backend
-    create their file or directory here (as the sync open does). `witness` is a second
-    backend URL, as for `berth.open_store`, awaited the same way.
-
-    Raises:
-        InvalidKey: the identity is invalid (before any I/O).
-        BerthError: unknown scheme, or its extra is not installed.
-    """
-    sealer = store_sealer(url, identity, sealer)
-    create = options.get("create", True)  # a witness opened with create=False creates nothing either
-    witness_backend = (
-        open_backend(witness, max_threads=max_threads, create=create) if isinstance(witness, str) else witness
-    )
-    backend = open_backend(url, max_threads=max_threads, **options)
-    return AsyncStore(
-        backend,
-        identity=identity,
-        sealer=sealer,
-        accept_plaintext=accept_plaintext,
-        max_envelope_bytes=max_envelope_bytes,
-        clock=clock,
-        witness=witness_backend,
-    )
