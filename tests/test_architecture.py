@@ -1,6 +1,6 @@
 """The architecture stays as designed: every module under src/berth is on docs/architecture.md's map
-(and nothing else is), no module uses another's private names, and every backend maps client errors
-through its one table."""
+(and nothing else is), no module uses another's private names or is over 700 lines, and every backend
+maps client errors through its one table."""
 
 from __future__ import annotations
 
@@ -31,6 +31,17 @@ def test_every_module_is_on_the_map() -> None:
 def test_the_map_names_no_module_that_does_not_exist() -> None:
     stale = sorted(_mapped() - _modules())
     assert not stale, f"docs/architecture.md's module map names modules that are gone: {stale}"
+
+
+MAX_MODULE_LINES = 700
+"""Issue 33: no room so big that it mixes concerns; a module that outgrows this is split into a package."""
+
+
+def test_no_module_is_over_700_lines() -> None:
+    sizes = {name: len((SRC / name).read_text().splitlines()) for name in _modules()}
+    big = {name: n for name, n in sorted(sizes.items()) if n > MAX_MODULE_LINES}
+    assert not big, f"split these modules (at most {MAX_MODULE_LINES} lines each): {big}"
+    assert max(sizes.values()) > MAX_MODULE_LINES // 2, sizes  # the sizes were read (a real tree, not an empty one)
 
 
 # --- layer order and import cycles, true by test ---------------------------------------------
