@@ -189,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
             f"`{' '.join(['benchmarks/ab.py', *(argv if argv is not None else sys.argv[1:])])}`: "
             f"{len(runs['base'])} base and {len(runs['head'])} head runs, alternating; load average at the end {load}.",
             "",
+            "A row's value is the first number of its goal figure. head ÷ base: median of the head runs over the "
+            "median of the base runs. A/A spread: every ratio between two runs of the same tree (base with base, "
+            "head with head), lowest to highest: the machine's noise. Worse than noise: head ÷ base beyond the "
+            "spread on the goal's bad side (≥ goals: below it; ≤ goals: above it), or a goal met on a "
+            "base run and on no head run.",
+            "",
             table(rows, base_rev, head_rev),
             "",
             *skipped,
