@@ -124,3 +124,22 @@ def test_berth_answer_at_the_runs_own_key_names_the_per_call_questions(site: Sit
     result = CliRunner().invoke(cli, ["answer", KEY, "approve"], env=env, prog_name="berth")
     assert result.exit_code == 1
     assert f"answer each of '{call_key(KEY, 1)}', '{call_key(KEY, 2)}'" in result.output
+
+
+def test_the_call_question_views_are_one_core_with_two_thin_shells() -> None:
+    """`CallQuestions` and `AsyncCallQuestions` hold no logic of their own: each runs `CallPlans`' plans, so
+    they have the same methods, with the same parameters, and nothing else (a method added to one only fails here)."""
+    import inspect
+
+    from berth._coordinator_core import AsyncQuestionsLike, QuestionsLike
+    from berth._hitl import AsyncCallQuestions, CallPlans, CallQuestions
+
+    def face(cls: type) -> dict[str, inspect.Signature]:
+        own = {name: value for name, value in vars(cls).items() if callable(value) and not name.startswith("_")}
+        return {name: inspect.signature(value) for name, value in own.items()}
+
+    assert face(CallQuestions) == face(AsyncCallQuestions)
+    assert set(face(CallQuestions)) == {name for name in vars(QuestionsLike) if not name.startswith("_")}
+    assert set(face(AsyncCallQuestions)) == {name for name in vars(AsyncQuestionsLike) if not name.startswith("_")}
+    assert all(inspect.iscoroutinefunction(method) for method in map(vars(AsyncCallQuestions).get, face(CallQuestions)))
+    assert CallQuestions.__bases__ == AsyncCallQuestions.__bases__ == (CallPlans,)
