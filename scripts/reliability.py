@@ -8,7 +8,8 @@
     .venv/bin/python scripts/reliability.py --remap   # after a rebase: rows cite the commits now holding their code
 
 Servers: PostgreSQL and Redis from BERTH_TEST_POSTGRES / BERTH_TEST_REDIS (default the
-local ones), a private moto server and fake-gcs-server started here. A server that
+local ones), a private moto server, the Cloud Storage fake and Azurite (when installed:
+tests/_azurite.py) started here. A server that
 is not reachable gives a row marked "skipped". Only loopback traffic.
 
 Prints one row per scenario and backend -- trials, failures, seconds -- and
@@ -41,8 +42,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
 from scripts._commit import commit_exists, commit_with_tree, measured_commit, src_tree  # noqa: E402
+from tests._azurite import azurite_command, connection_string  # noqa: E402
 from tests._moto import moto_command  # noqa: E402
-from tests._net import free_port, wait_http  # noqa: E402
+from tests._net import free_port, wait_http, wait_port  # noqa: E402
 from tests.reliability import (  # noqa: E402
     test_answers,
     test_cancel,
@@ -75,8 +77,9 @@ SCENARIOS = [
     "a2a",
     "mcp-rounds",
 ]
-NETWORK = ["postgresql", "redis", "s3", "gcs", "dynamodb", "redis-cluster"]
-RACES_ONLY = {"dynamodb", "redis-cluster"}  # in the race trials only (no fault or hostile workload of theirs yet)
+NETWORK = ["postgresql", "redis", "s3", "gcs", "dynamodb", "redis-cluster", "azblob"]
+NO_HOSTILE = {"dynamodb", "redis-cluster", "azblob"}  # no hostile workload of theirs yet
+NO_FAULTS = {"dynamodb", "redis-cluster", "azblob"}  # no proxy fault trial of theirs yet
 UNRECORDED = "-"  # the commit of a row measured before rows named theirs (its run line above may name it)
 
 TITLES = {
@@ -187,6 +190,19 @@ def servers(wanted: list[str]) -> Iterator[dict[str, Any]]:
                     found.update(dict.fromkeys(aws, url))
                     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
                     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+        if "azblob" in wanted:  # BERTH_TEST_AZURITE_URL, or Azurite's blob service started for the run
+            found["azblob"] = None
+            given = os.environ.get("BERTH_TEST_AZURITE_URL")
+            port = free_port()
+            command = None if given else azurite_command(port)
+            if given:
+                found["azblob"] = connection_string(given.rstrip("/"))
+            elif command is not None:
+                home = Path(tempfile.mkdtemp(prefix="berth-reliability-azurite-"))
+                azurite = subprocess.Popen(command, cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                stack.callback(lambda: (azurite.terminate(), azurite.wait(10)))
+                if wait_port("127.0.0.1", port, timeout=60):
+                    found["azblob"] = connection_string(f"http://127.0.0.1:{port}/devstoreaccount1")
         if "gcs" in wanted:
             # the in-process fake of the JSON API: fake-gcs-server ignores ifGenerationMatch on delete
             found["gcs"] = None
@@ -261,14 +277,15 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
                     test_races.gcs_opener(a) if b == "gcs" else test_races.network_opener(b, a),
                     work / f"races-work-{b}",
                     keys=n["races"],
-                    sweep_pause=2.0 if b in ("s3", "gcs", "dynamodb") else 0.0,  # a sweep reads every head
+                    sweep_pause=test_races.SWEEP_PAUSE.get(b, 0.0),
                     budget=3600,
+                    unknown_ok=b in test_races.UNKNOWN_OK,
                 ),
             )
     if "races-witness" in args.only:
         yield from _races_witness(n["races-witness"], work, local, network, addresses)
     if "faults" in args.only:
-        for backend in [b for b in network if b not in RACES_ONLY]:
+        for backend in [b for b in network if b not in NO_FAULTS]:
             address = addresses.get(backend)
             if not address or not _backend_present(backend):
                 yield "faults", backend, lambda: None
@@ -394,7 +411,7 @@ def _hostile(
         for b, o in test_races.local_openers(work / "hostile-foreign").items()
         if b in local
     }
-    for backend in [b for b in network if b not in RACES_ONLY]:
+    for backend in [b for b in network if b not in NO_HOSTILE]:
         address = addresses.get(backend)
         if address and _backend_present(backend):
             opener = test_races.gcs_opener(address) if backend == "gcs" else test_races.network_opener(backend, address)
