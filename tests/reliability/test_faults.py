@@ -22,6 +22,7 @@ kinds of trial:
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pwd
 import random
@@ -46,8 +47,10 @@ import berth
 import berth.aio
 from berth.backends import as_backend
 from berth.testing import AwaitingStore, _Portal
+from tests._azurite import connection_string
 from tests._net import free_port, wait_port
 from tests.conftest import unavailable
+from tests.fakes.proxy import FaultyProxy
 
 from ._common import Result, Timer, big_envelope, still_running
 from ._proxy import FaultProxy
@@ -160,6 +163,71 @@ def gcs_server(fake: Any) -> Server:
         parts.port or 80,
         lambda p: f"gs://{bucket}/faults",
         {"timeout": 5.0, "retry_timeout": 5.0},
+    )
+
+
+class _HttpServer(Server):
+    """A server reached over HTTP: its throttle, the first request of each call and how many attempts it makes."""
+
+    throttle = "503"
+    attempts = 3
+    exhausted = "throttled"  # what the BackendError of a call throttled past its retries says
+
+    def first(self, op: str) -> str:
+        return "POST"
+
+
+class _AzblobServer(_HttpServer):
+    """Azurite through a proxy: its throttle is Azure Storage's 503 `ServerBusy`."""
+
+    throttle, attempts, exhausted = "serverbusy", 3, "ServerBusy"
+
+    def first(self, op: str) -> str:
+        return "PUT" if op == "save" else "GET"
+
+    def open(self, proxy: Any, identity: str, sealer: Any) -> berth.Store:
+        endpoint = f"http://127.0.0.1:{proxy.port}/devstoreaccount1"
+        connection = connection_string(endpoint)
+        return berth.open_store(self._url(proxy.port), identity=identity, sealer=sealer, connection_string=connection,
+                                **self.options)  # fmt: skip
+
+
+def azblob_server(azurite: str) -> _AzblobServer:
+    """A fresh container on Azurite (`azurite`: its connection string); 3 attempts a call, 5 s timeouts."""
+    from berth.backends.azblob import AzureBlobBackend
+
+    container = f"reliability-{uuid.uuid4().hex[:16]}"
+    setup = AzureBlobBackend(container, connection_string=azurite)
+    setup.setup()
+    setup.close()
+    parts = urlsplit(azurite.split("BlobEndpoint=")[1].rstrip(";"))
+    options = {"retry_total": 2, "retry_backoff": 0.05, "read_timeout": 5.0, "connection_timeout": 2.0}
+    return _AzblobServer(
+        "azblob", parts.hostname or "127.0.0.1", parts.port or 80, lambda p: f"azblob://{container}/faults", options
+    )
+
+
+class _DynamoDbServer(_HttpServer):
+    """moto's DynamoDB through a proxy: its throttle is `ProvisionedThroughputExceededException`."""
+
+    throttle, attempts, exhausted = "throttle", 3, "throttled, retry later"
+
+    def open(self, proxy: Any, identity: str, sealer: Any) -> berth.Store:
+        options = dict(self.options, endpoint_url=f"http://127.0.0.1:{proxy.port}")
+        return berth.open_store(self._url(proxy.port), identity=identity, sealer=sealer, **options)
+
+
+def dynamodb_server(moto_url: str) -> _DynamoDbServer:
+    """A fresh table on moto's server, made as `berth setup` makes it; 3 attempts a call, 5 s timeouts."""
+    from berth.backends.dynamodb import DynamoDbBackend
+
+    table = DynamoDbBackend(f"reliability-{uuid.uuid4().hex[:16]}", endpoint_url=moto_url, region_name="us-east-1")
+    table.setup()
+    table.close()
+    parts = urlsplit(moto_url)
+    options = {"region_name": "us-east-1", "retry_attempts": 3, "read_timeout": 5.0, "connect_timeout": 2.0}
+    return _DynamoDbServer(
+        "dynamodb", parts.hostname or "127.0.0.1", parts.port or 80, lambda p: f"dynamodb://{table.table}", options
     )
 
 
@@ -389,6 +457,84 @@ class _Faults:
             self.proxy._lose = None
 
 
+class _Ledger:
+    """The save / load / claim calls of a trial and, per key, every value the store may hold after them.
+
+    A save or claim that raised may or may not have happened, so its key may hold either value;
+    every result must be one of them: a claim never returns a run it should not, never returns
+    None while an envelope is surely parked (silently lost), and never hands a run out twice.
+    """
+
+    def __init__(self, result: Result):
+        self.result = result
+        self.maybe: dict[str, set[str | None]] = {k: {None} for k in KEYS}
+        self.claimed: set[str] = set()
+        self.errors = self.unknown_claims = self.seq = 0
+        self.envelope = big_envelope(size=1500)
+
+    def call(self, store: Any, op: str, key: str) -> None:
+        """One call; its BackendError propagates, after the ledger took in that it may have happened."""
+        result, maybe = self.result, self.maybe
+        if op == "save":
+            self.seq += 1
+            run = f"r{self.seq}"
+            try:
+                store.save(key, self.envelope.replace(run_id=run))
+            except berth.BackendError:
+                maybe[key].add(run)  # it may have landed
+                raise
+            maybe[key] = {run}
+        elif op == "claim":
+            try:
+                got = store.claim(key)
+            except berth.BackendError:
+                self.unknown_claims += 1
+                maybe[key].add(None)  # it may have been deleted: a lost claim, never a win
+                raise
+            value = got.run_id if got else None
+            if value not in maybe[key]:
+                result.fail(f"call {result.trials}: claim of {key} gave {value}, store may hold {maybe[key]}")
+            if value is not None:
+                if value in self.claimed:
+                    result.fail(f"call {result.trials}: {value} claimed twice")
+                self.claimed.add(value)
+            maybe[key] = {None}
+        else:
+            parked = store.load(key)
+            value = parked.envelope.run_id if parked else None
+            if value not in maybe[key]:
+                result.fail(f"call {result.trials}: load of {key} saw {value}, store may hold {maybe[key]}")
+            maybe[key] = {value}
+
+    def recover(self, store: Any) -> None:
+        """The server is reachable again: every key holds one of its possible values (then it is claimed)."""
+        deadline = time.monotonic() + 30
+        for key in KEYS:
+            while True:
+                try:
+                    parked = store.load(key)
+                    break
+                except berth.BackendError:
+                    if time.monotonic() > deadline:
+                        self.result.fail(f"{key} still unreadable 30 s after the faults stopped")
+                        parked = Unset
+                        break
+                    time.sleep(0.1)
+            if parked is Unset:
+                continue
+            value = parked.envelope.run_id if parked else None
+            if value not in self.maybe[key]:
+                self.result.fail(f"after recovery {key} holds {value}; acknowledged calls allow only {self.maybe[key]}")
+            if value is not None:
+                store.claim(key)
+
+
+def _op(rng: random.Random) -> tuple[str, str]:
+    key = rng.choice(KEYS)
+    r = rng.random()
+    return key, "save" if r < 0.45 else "claim" if r < 0.8 else "load"
+
+
 def run_faults(
     server: Server,
     *,
@@ -407,91 +553,117 @@ def run_faults(
     rng = random.Random(seed)
     sealer = berth.AesGcmSealer(berth.Keyring.generate())
     identity = f"faults-{secrets.token_hex(4)}"
-    maybe: dict[str, set[str | None]] = {k: {None} for k in KEYS}  # what each key may hold
-    claimed: set[str] = set()
-    errors = unknown_claims = 0
+    ledger = _Ledger(result)
     timer = Timer(budget)
-    envelope = big_envelope(size=1500)
     with FaultProxy(server.host, server.port) as proxy:
         store = server.open(proxy, identity, sealer)
         faults: Any = _Crashes(crashes, rng, rate=rate) if crashes else _Faults(proxy, rng, rate=rate)
         with faults.running():
-            seq = 0
             while result.trials < calls and timer.left():
                 result.trials += 1
-                key = rng.choice(KEYS)
-                r = rng.random()
-                op = "save" if r < 0.45 else "claim" if r < 0.8 else "load"
+                key, op = _op(rng)
                 faults.maybe()
                 try:
-                    if op == "save":
-                        seq += 1
-                        run = f"r{seq}"
-                        try:
-                            store.save(key, envelope.replace(run_id=run))
-                        except berth.BackendError:
-                            maybe[key].add(run)  # it may have landed
-                            raise
-                        maybe[key] = {run}
-                    elif op == "claim":
-                        try:
-                            got = store.claim(key)
-                        except berth.BackendError:
-                            unknown_claims += 1
-                            maybe[key].add(None)  # it may have been deleted: a lost claim, never a win
-                            raise
-                        value = got.run_id if got else None
-                        if value not in maybe[key]:
-                            result.fail(
-                                f"call {result.trials}: claim of {key} gave {value}, store may hold {maybe[key]}"
-                            )
-                        if value is not None:
-                            if value in claimed:
-                                result.fail(f"call {result.trials}: {value} claimed twice")
-                            claimed.add(value)
-                        maybe[key] = {None}
-                    else:
-                        parked = store.load(key)
-                        value = parked.envelope.run_id if parked else None
-                        if value not in maybe[key]:
-                            result.fail(f"call {result.trials}: load of {key} saw {value}, store may hold {maybe[key]}")
-                        maybe[key] = {value}
+                    ledger.call(store, op, key)
                 except berth.BackendError:
-                    errors += 1
+                    ledger.errors += 1
                     time.sleep(rng.uniform(0.01, 0.05))  # a host backs off before its next call
                 except Exception as exc:  # noqa: BLE001 - anything but BackendError is a finding
                     result.fail(f"call {result.trials}: {op} {key} raised {type(exc).__name__}: {exc}")
         for name in faults.stuck:
             result.fail(f"fault thread {name} still running after its join timeout")
-        # recovery: the server is reachable again; every key holds one of its possible values
-        deadline = time.monotonic() + 30
-        for key in KEYS:
-            while True:
-                try:
-                    parked = store.load(key)
-                    break
-                except berth.BackendError:
-                    if time.monotonic() > deadline:
-                        result.fail(f"{key} still unreadable 30 s after the faults stopped")
-                        parked = Unset  # type: ignore[assignment]
-                        break
-                    time.sleep(0.1)
-            if parked is Unset:
-                continue
-            value = parked.envelope.run_id if parked else None
-            if value not in maybe[key]:
-                result.fail(f"after recovery {key} holds {value}; acknowledged calls allow only {maybe[key]}")
-            if value is not None:
-                store.claim(key)
+        ledger.recover(store)
         store.close()
     result.seconds = timer.elapsed()
+    errors, unknown_claims = ledger.errors, ledger.unknown_claims
     result.counts = {"faults": sum(faults.counts.values()), "backend_errors": errors, "unknown_claims": unknown_claims}
     result.notes.insert(
         0,
         f"{result.trials} calls, {errors} raised BackendError ({unknown_claims} claims of unknown outcome); "
-        f"faults: {faults.counts}; {len(claimed)} runs claimed",
+        f"faults: {faults.counts}; {len(ledger.claimed)} runs claimed",
     )
     return result
+
+
+THROTTLE_TITLE = "server faults: throttled / dropped HTTP calls mid save, load, claim"
+
+
+def run_throttles(
+    server: _HttpServer, *, calls: int, seed: int = 5, rate: float = 0.2, budget: float = 300.0
+) -> Result:
+    """`calls` save/load/claim calls through an HTTP proxy that throttles their first request (fewer times
+    than the client retries: the call must succeed; as many: a `BackendError` naming the throttle, never
+    a `TokenMismatch`) or drops its connection before or after the server applied it (the outcome rules
+    of `run_faults`)."""
+    result = Result(THROTTLE_TITLE, server.name)
+    rng = random.Random(seed)
+    sealer = berth.AesGcmSealer(berth.Keyring.generate())
+    ledger = _Ledger(result)
+    counts = {"throttled then served": 0, "throttled past its retries": 0, "dropped": 0, "dropped after": 0}
+    timer = Timer(budget)
+    with _quiet_sockets(), FaultyProxy(f"http://{server.host}:{server.port}") as http:
+        store = server.open(_HttpPort(http), f"throttles-{secrets.token_hex(4)}", sealer)  # type: ignore[arg-type]
+        while result.trials < calls and timer.left():
+            result.trials += 1
+            key, op = _op(rng)
+            kind, times, action = None, 0, ""
+            if rng.random() < rate:
+                r = rng.random()
+                if r < 0.4:
+                    kind, times, action = "throttled then served", rng.randint(1, server.attempts - 1), server.throttle
+                elif r < 0.6:
+                    kind, times, action = "throttled past its retries", server.attempts, server.throttle
+                else:
+                    kind, times = ("dropped", 1) if r < 0.8 else ("dropped after", 1)
+                    action = "reset" if kind == "dropped" else "reset_after"
+                counts[kind] += 1
+                for _ in range(times):
+                    http.fail(server.first(op), action)
+            try:
+                ledger.call(store, op, key)
+                if kind == "throttled past its retries":
+                    result.fail(f"call {result.trials}: {op} {key} throttled {times} times, yet it returned")
+            except berth.BackendError as exc:
+                ledger.errors += 1
+                if kind == "throttled then served":
+                    result.fail(f"call {result.trials}: {op} {key} throttled {times} times was not retried: {exc}")
+                if kind == "throttled past its retries" and (
+                    isinstance(exc, berth.TokenMismatch) or server.exhausted not in str(exc)
+                ):
+                    result.fail(f"call {result.trials}: {op} {key} throttled past its retries raised {exc!r}")
+            except Exception as exc:  # noqa: BLE001 - anything but BackendError is a finding
+                result.fail(f"call {result.trials}: {op} {key} raised {type(exc).__name__}: {exc}")
+            with http._lock:
+                http._faults.clear()  # a fault the call did not reach (a call served from elsewhere) goes
+        ledger.recover(store)
+        store.close()
+    result.seconds = timer.elapsed()
+    result.counts = {**counts, "backend_errors": ledger.errors}
+    result.notes.insert(
+        0,
+        f"{result.trials} calls, {ledger.errors} raised BackendError ({ledger.unknown_claims} claims of unknown "
+        f"outcome); faults: {counts}; {len(ledger.claimed)} runs claimed",
+    )
+    return result
+
+
+@contextmanager
+def _quiet_sockets() -> Iterator[None]:
+    """azure-storage-blob's transport (requests) leaves the socket of a connection the proxy dropped to
+    the garbage collector, which warns (ResourceWarning) in whichever test runs then: collected here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        try:
+            yield
+        finally:
+            gc.collect()
+
+
+class _HttpPort:
+    """A `FaultyProxy` as `Server.open` takes a proxy: its `port`."""
+
+    def __init__(self, http: FaultyProxy):
+        self.port = int(http.url.rsplit(":", 1)[1])
 
 
 def run_lost_delete(server: Server, *, trials: int, wrap: Callable[[Any], Any] | None = None) -> Result:
@@ -537,8 +709,9 @@ class _LoseDeleteResponse:
         self.inner, self.proxy = inner, proxy
 
     def delete(self, name: str, token: berth.Token) -> None:
-        # the delete's request names the frame, plainly (SQL, RESP, an S3 path) or quoted (a GCS path)
-        self.proxy.lose_response_to(name.encode(), quote(name, safe="").encode())
+        # the delete's request names the frame, plainly (SQL, RESP, an S3 path) or quoted (a GCS path);
+        # DynamoDB's names it in two attributes, under the operation's header
+        self.proxy.lose_response_to(name.encode(), quote(name, safe="").encode(), b"DynamoDB_20120810.DeleteItem")
         self.inner.delete(name, token)
 
     def __getattr__(self, attr: str) -> Any:
@@ -558,6 +731,7 @@ def _load_retrying(store: berth.Store, key: str) -> berth.Parked | None:
 
 
 SERVERS = ["postgresql", "redis", "s3", "gcs"]
+HTTP = ["azblob", "dynamodb"]  # the proxy's faults, and throttles (`run_throttles`)
 
 
 @pytest.fixture
@@ -569,15 +743,21 @@ def server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> S
         return redis_server(request.getfixturevalue("redis_url"))
     if name == "gcs":
         return gcs_server(request.getfixturevalue("fake_gcs"))
+    if name == "azblob":
+        for variable in ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY"):
+            monkeypatch.delenv(variable, raising=False)
+        return azblob_server(request.getfixturevalue("azurite"))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")  # moto takes any; nothing here reaches AWS
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    if name == "dynamodb":
+        return dynamodb_server(request.getfixturevalue("moto_url"))
     s3 = s3_server(request.getfixturevalue("moto_url"))
     return _S3Server(s3.name, s3.host, s3.port, s3._url, s3.options)
 
 
-@pytest.mark.parametrize("server", SERVERS, indirect=True)
+@pytest.mark.parametrize("server", [*SERVERS, *HTTP], indirect=True)
 def test_faults_mid_save_load_claim(server: Server) -> None:
-    result = run_faults(server, calls=150, budget=90)
+    result = run_faults(server, calls=60 if server.name in HTTP else 150, budget=90)
     summary, result.notes = result.notes[0], result.notes[1:]
     result.check()
     # the faults landed: some were injected, and some call was on the wire when one struck
@@ -593,11 +773,30 @@ def test_async_faults_mid_save_load_claim(server: Server) -> None:
     assert result.counts["faults"] > 0 and result.counts["backend_errors"] > 0, summary
 
 
-@pytest.mark.parametrize("server", SERVERS, indirect=True)
+@pytest.mark.parametrize("server", [*SERVERS, *HTTP], indirect=True)
 def test_claim_with_lost_delete_response_is_a_backend_error(server: Server) -> None:
     result = run_lost_delete(server, trials=5)
     result.notes = result.notes[1:]
     result.check()
+
+
+def _check_throttles(result: Result) -> None:
+    summary, result.notes = result.notes[0], result.notes[1:]
+    result.check()
+    # every kind of fault landed, and some call raised
+    assert all(result.counts[kind] > 0 for kind in ("throttled then served", "throttled past its retries")), summary
+    assert result.counts["backend_errors"] > 0, summary
+
+
+@pytest.mark.parametrize("server", HTTP, indirect=True)
+def test_throttles_mid_save_load_claim(server: _HttpServer) -> None:
+    _check_throttles(run_throttles(server, calls=60, rate=0.3, budget=90))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server", HTTP, indirect=True)
+def test_throttles_long(server: _HttpServer) -> None:
+    _check_throttles(run_throttles(server, calls=1000, budget=900))
 
 
 @pytest.fixture(params=["postgresql", "redis"])
@@ -662,7 +861,7 @@ def test_the_lost_delete_trial_catches_a_retry_that_hides_the_outcome(server: Se
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("server", SERVERS, indirect=True)
+@pytest.mark.parametrize("server", [*SERVERS, *HTTP], indirect=True)
 def test_faults_long(server: Server) -> None:
     result = run_faults(server, calls=3000, budget=900)
     summary, result.notes = result.notes[0], result.notes[1:]
