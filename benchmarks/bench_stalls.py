@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import chat_messages  # noqa: E402
-from bench_aio import _Steps, envelope, location  # noqa: E402
+from bench_aio import _async_round, _Steps, envelope, location  # noqa: E402
 
 import berth  # noqa: E402
 import berth.aio  # noqa: E402
@@ -80,21 +80,13 @@ def large_envelope(mib: int) -> berth.Envelope:
 async def _round(
     store: berth.aio.AsyncStore, env: berth.Envelope, cycles: int, at_once: int, tag: str
 ) -> dict[str, Any]:
-    gate = asyncio.Semaphore(at_once)
-
-    async def cycle(key: str) -> None:
-        async with gate:
-            await store.save(key, env)
-            if await store.claim(key) is None:
-                raise AssertionError(f"lost {key}")
-
     lags: list[tuple[float, float]] = []
     stop = asyncio.Event()
     load = os.getloadavg()[0]
     with _Steps() as steps:
         ticker = asyncio.create_task(_ticker(lags, stop))
         try:
-            await asyncio.gather(*(cycle(f"{tag}/{i}") for i in range(cycles)))
+            await _async_round(store, env, cycles, at_once, tag)  # bench_aio's cycles, `at_once` in flight
         finally:
             stop.set()
             await ticker
