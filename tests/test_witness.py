@@ -450,8 +450,11 @@ def test_the_plans_have_the_steps_the_crash_tests_cut(store: berth.Store) -> Non
     assert _w(store) is not None
     env = make_envelope("r1")
     build = functools.partial(store.core.seal, "a", env, store.now())
-    # save: read frame, read record, record the candidate, write the frame, record it landed
-    assert _steps(store, _w(store).save(store.core, "a", build, False, None)) == 5
+    # a first save: read the record (none: nothing should be there), record the candidate, write
+    # the frame (if absent), record it landed
+    assert _steps(store, _w(store).save(store.core, "a", build, False, None)) == 4
+    # over a landed frame: the same four, the write conditional on the generation the record names
+    assert _steps(store, _w(store).save(store.core, "a", build, False, None)) == 4
     parked = store.load("a")
     assert parked is not None
     # leave: read frame, read record, record the intent, delete, record how it left
@@ -490,7 +493,7 @@ def _targets(store: berth.Store) -> dict[Any, Any]:
     return {FrameIO: SyncIO(store.backend, store.frames.records), Cpu: INLINE}
 
 
-def test_a_save_and_a_delete_read_only_heads_and_a_claim_reads_the_frame_once(store: berth.Store) -> None:
+def test_a_save_reads_no_frame_a_delete_only_its_head_and_a_claim_the_frame_once(store: berth.Store) -> None:
     import functools
 
     assert _w(store) is not None
@@ -499,8 +502,8 @@ def test_a_save_and_a_delete_read_only_heads_and_a_claim_reads_the_frame_once(st
     frames = _Reads(store.backend)
     targets = {FrameIO: SyncIO(frames, store.frames.records), Cpu: INLINE}
     build = functools.partial(store.core.seal, "a", env, store.now())
-    run(_w(store).save(store.core, "a", build, False, None), targets)  # over a landed frame
-    assert frames.calls["get"] == 0 and frames.calls["head"] == 1, frames.calls
+    run(_w(store).save(store.core, "a", build, False, None), targets)  # over a landed frame: the record says
+    assert frames.calls["get"] == 0 and frames.calls["head"] == 0, frames.calls
     parked = store.load("a")
     assert parked is not None and parked.envelope.run_id == "r1"
     frames.calls.clear()
@@ -960,3 +963,21 @@ def test_adopt_needs_a_witness(tmp_path: Path) -> None:
     with berth.open_store("memory://", identity=IDENTITY, sealer=berth.AesGcmSealer(berth.Keyring.generate())) as s:
         with pytest.raises(berth.BerthError, match="no witness: open it with witness=URL to adopt it"):
             s.adopt()
+
+
+def test_a_save_over_a_claimed_frame_put_back_reads_again_and_judges_it(store: berth.Store, setup: Setup) -> None:
+    """A save's first read is the record alone (issue 35); the write it implies (here: only if nothing is
+    there, as the record says the frame was claimed) fails over a frame put back, and the save reads
+    the frame, judges it and goes on as before: a conditional save loses, an unconditional one
+    writes over it; no verdict is changed by the candidate the failed write recorded."""
+    setup.frames, setup.witness = store.backend, store.frames.records
+    _park(store, "a", "r1")
+    claimed = setup.frame("a")
+    assert claimed is not None and store.claim("a") is not None
+    setup.put_frame("a", claimed)  # the claimed run, put back
+    with pytest.raises(berth.TokenMismatch):
+        store.save("a", make_envelope("r2"), if_absent=True)
+    assert store.audit().replayed == ("a",)  # the failed candidate made it no better
+    store.save("a", make_envelope("r3"))  # over it, warned about (as before)
+    parked = store.load("a")
+    assert parked is not None and parked.envelope.run_id == "r3" and store.audit().ok

@@ -1,10 +1,8 @@
 """The witness: a second backend where berth records, sealed, the latest frame of each key and how it left.
 
-A frame proves itself, not that it is the latest one for its key. A store opened
-with `witness=URL` keeps, for each key, one *record* in that second backend
-(named `{identity}:witness/{key}`, sealed by the store's sealer and bound to the
-identity and key as associated data, so it cannot be edited, forged or moved to
-another key without the keys):
+A frame proves itself, not that it is the latest one for its key. A store opened with `witness=URL` keeps,
+for each key, one *record* in that second backend (named `{identity}:witness/{key}`, sealed by the store's
+sealer and bound to identity and key as associated data: no edit, forgery or move without the keys):
 
     seq, digest, token   the newest frame the witness saw land: its sequence number (also in
                          the frame's authenticated header), the SHA-256 of its bytes, and the
@@ -14,36 +12,18 @@ another key without the keys):
     leave                (seq, how): a claim, sweep or delete of that frame has begun
     top                  the highest sequence number handed out for the key
 
-Records are per key, each written by compare-and-swap on the witness backend's
-own generation: writers on many hosts never serialise on a global counter, and a
-key's sequence numbers only grow. The frame's header carries the same `seq`, so
-each side checks the other: an older frame put back has a lower `seq` than the
-record (replayed); a frame missing while the record says parked was deleted
-without a claim (missing); a frame with no record, or one the record never named,
-was never saved through this witness (unknown); a record rolled back to an older
-version names a lower `seq` than the frame in place (unknown). A whole store
-restored from an older copy is all three, key by key.
+Records are per key, each written by compare-and-swap on the witness backend's own
+generation, so a key's sequence numbers only grow. The frame's header carries the same `seq`, so
+each side checks the other: replayed (a lower `seq` than the record's), missing (gone while the
+record says parked), unknown (a frame the record never named, or a record rolled back).
 
-Write order (each step durable before the next), and why a SIGKILL anywhere is safe:
+Write order (each step durable before the next: a save records its candidate, writes the frame, records
+that it landed; a leave records its intent, deletes, records how the frame left), why a SIGKILL anywhere
+is safe, and why a save reads only a settled record (`_expected`): docs/store.md, "The witness".
 
-    save   1 read the frame (its token) and the record   (nothing written)
-           2 record += pending (seq, digest)             killed here: the old frame is still the
-                                                          latest and opens; the candidate never landed
-           3 frame put, conditional on the token read    killed here: the new frame is a pending
-             in 1 (store order = sequence order)          candidate: it opens, and the next writer or
-                                                          claimer settles it
-           4 record: seq, digest, token; state parked    done
-    leave  1 read the frame and the record
-           2 record: this frame committed with its       killed here: the frame is still there and
-             token, leave = (seq, how)                    opens (a claim in flight)
-           3 frame delete, conditional on its token      killed here: gone with an intent: None, and
-             (the claim's commit point)                   a re-put of it has another token: replayed
-           4 record: state = how                          done
-
-A load reads the frame, then the record, and judges; a bad verdict is reported
-only if the frame did not change meanwhile (so a concurrent save or claim is never
-taken for an attack). All I/O here is plans over `berth._frames.FrameIO`, and they
-take a store's core, never a store: `berth._witnessed.WitnessedFrames` runs them.
+A load reads the frame, then the record, and judges; a bad verdict is reported only if the frame did not
+change meanwhile (a concurrent save or claim is never taken for an attack). All I/O here is plans over
+`berth._frames.FrameIO`, taking a store's core, never a store: `berth._witnessed.WitnessedFrames` runs them.
 """
 
 from __future__ import annotations
@@ -337,14 +317,10 @@ class Witness:
     def _head_snapshot(self, name: str, key: str) -> Plan[Snapshot | None]:
         """A snapshot from the frame's head alone, or None when the head is not enough.
 
-        Why the head stands for the frame here: the record names frame `seq` as landed at
-        generation `token`, and the frame in place carries that `seq` in its authenticated
-        header at that same generation. The witness hands out each `seq` of a key once (`top`
-        only grows), and any write to the frame -- a replay, an edit -- gives it another
-        generation, so this is the frame whose digest the record holds. (Putting bytes back
-        *with* an old generation is beyond this check as it is beyond the token check of
-        every load: the residual docs/store.md names.) A pending candidate, a frame the record
-        does not name, or a missing one is read and judged again whole.
+        The head stands for the frame when the record names its `seq` as landed at the very
+        generation in place: each `seq` is handed out once and any write gives another
+        generation (docs/store.md, "Why four writes, and why a head is enough"). Anything else
+        is read and judged again whole.
         """
         found = yield from self.head(name)
         rec, wtoken = self.record(key, (yield from step(FrameIO.record_get, self.name(key))))
@@ -428,8 +404,12 @@ class Witness:
         is a `TokenMismatch` (the caller skips the key).
         """
         name = store.name(key)
-        for _ in range(_TRIES):
-            snap = yield from self.snapshot(name, key, whole=strict)
+        for attempt in range(_TRIES):
+            snap = None
+            if attempt == 0 and not strict and not adopting:
+                snap = yield from self._expected(key, if_absent, if_match)
+            if snap is None:
+                snap = yield from self.snapshot(name, key, whole=strict)
             current = _token_of(snap.found)
             if (if_absent and current is not None) or (if_match is not None and current != if_match):
                 raise TokenMismatch(
@@ -461,13 +441,33 @@ class Witness:
                 token = yield from step(FrameIO.frame_put, name, frame, if_match=current, if_absent=current is None)
             except TokenMismatch:
                 if if_absent or if_match is not None:
-                    raise
-                continue  # another save landed first: this candidate never will; take a newer seq
+                    raise  # (an expected frame stood for the caller's own condition: it failed all the same)
+                continue  # another save landed first, or the frame is not what the record says: read again
             # the commit point: the frame landed. Nothing after it fails the save.
             landed = functools.partial(_landed, seq=seq, digest=digest, token=token)
             yield from self._after_commit(key, rec, wtoken, landed, "save")
             return token
         raise BackendError(f"save at {where(self.identity, key)} kept losing to other writers of the key")
+
+    def _expected(self, key: str, if_absent: bool, if_match: Token | None) -> Plan[Snapshot | None]:
+        """A save's first read: the record alone, standing for the frame it names, or None (read both).
+
+        A settled record (no candidate, no leave) names the frame in place at its generation, or
+        nothing; step 3's write is conditional on exactly that, so it checks what a head read
+        would have, and fails over anything else, which is then read and judged as before. None
+        when not settled, or when the caller's own condition is not the one the record implies.
+        """
+        rec, wtoken = self.record(key, (yield from step(FrameIO.record_get, self.name(key))))
+        if rec is not None and (rec.pending or rec.leave is not None):
+            return None
+        if rec is not None and rec.state == PARKED:
+            if rec.token is None or if_absent or (if_match is not None and if_match.value != rec.token):
+                return None
+            found: tuple[Data, Token] = (b"", Token(rec.token))
+            return Snapshot(found, FrameInfo(rec.seq, rec.digest, found[1]), rec, wtoken, OK)
+        if if_match is not None:
+            return None  # nothing should be there: the full read says whether something is, at that token
+        return Snapshot(None, None, rec, wtoken, GONE)
 
     def leave(
         self, store: StoreCore, key: str, token: Token, how: str, seen: Snapshot | None = None, *, whole: bool = True
