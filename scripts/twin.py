@@ -69,8 +69,10 @@ _QUESTIONS = {
 }
 
 _SAVER_IO = {
+    "AsyncQuestionStore": "QuestionStore",
     "AsyncSaverIO": "SaverIO",
     "AsyncStore": "Store",
+    "_aio_questions": "_questions",
     "_aio_store": "_store",
     "berth.aio.AsyncStore": "berth.Store",
 }

@@ -1,8 +1,9 @@
 """`AsyncSaverIO`: the savers' plans' steps (`SaverSteps`), awaited over a `berth.aio.AsyncStore`.
 
 The source of `berth/langgraph/_io.py` (`SaverIO`, over a `berth.Store`), which `scripts/twin.py`
-generates from it: change this module and run the script. The question store is the sync one in
-both (the async saver asks and consumes in a worker thread).
+generates from it: change this module and run the script. The question store beside the saver's is
+awaited too (`berth.aio.AsyncQuestionStore` over the same backend); only a witnessed read's check of
+what it did not see runs in a worker thread, over the store's sync twin (the witness's key listing is sync).
 """  # twin: sync """`SaverIO`: the savers' plans' steps (`SaverSteps`), over a `berth.Store`."""
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from berth._aio_questions import AsyncQuestionStore
 from berth._aio_store import AsyncStore
 from berth._envelope import Envelope
 from berth._errors import Expired, TokenMismatch
+from berth._hitl import interrupt_question
 from berth._store import Listing, Parked
 from berth._token import Token
-from berth.langgraph._questions import ask_once, asked_keys, questions_over, refuse_unseen
+from berth.langgraph._questions import refuse_unseen
 
 __all__ = ["AsyncSaverIO"]
 
@@ -27,22 +30,37 @@ class AsyncSaverIO:
 
     def __init__(self, store: AsyncStore):
         self.store = store
-        self.questions = questions_over(store.sync)  # twin: sync self.questions = questions_over(store)
+        self.questions = AsyncQuestionStore(
+            store.backend, identity=store.identity, sealer=store.sealer, clock=store.now
+        )
+        """The question store beside `store`: same backend, identity, sealer and clock."""
 
     async def ask(self, key: str, value: Any, deadline: datetime, question_id: str) -> None:
-        await asyncio.to_thread(
-            ask_once, self.questions, key, value, deadline, question_id
-        )  # twin: sync ask_once(self.questions, key, value, deadline, question_id)
+        """Ask, unless this very interrupt is already asked: one raised again (its branch re-run) keeps its answer.
+
+        An interrupt's value in the Agent Inbox convention (a `HumanInterrupt`) is asked as a structured
+        tool approval (`berth._hitl.interrupt_question`); any other value asks for free text.
+        """
+        asked = await self.questions.pending(key)
+        if asked is None or asked.id != question_id:
+            prompt, accepts, tool = interrupt_question(getattr(value, "value", value))
+            await self.questions.ask(
+                key, prompt, deadline=deadline, question_id=question_id, accepts=accepts, tool=tool
+            )
 
     async def consume(self, key: str, question_id: str) -> None:
-        await asyncio.to_thread(
-            self.questions.consume, key, question_id
-        )  # twin: sync self.questions.consume(key, question_id)
+        await self.questions.consume(key, question_id)
 
     async def asked(self, prefix: str, limit: int) -> list[str]:
-        return await asyncio.to_thread(
-            asked_keys, self.questions, prefix, limit
-        )  # twin: sync return asked_keys(self.questions, prefix, limit)
+        """The keys of up to `limit` open questions under `prefix` (the listing read no further)."""
+        keys: list[str] = []
+        if limit <= 0:
+            return keys
+        async for question, _ in self.questions.list(prefix):
+            keys.append(question.key)
+            if len(keys) >= limit:
+                break
+        return keys
 
     async def exists(self, key: str) -> bool:
         return await self.store.load(key, allow_expired=True) is not None

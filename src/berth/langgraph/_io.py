@@ -10,9 +10,11 @@ from typing import Any
 
 from berth._envelope import Envelope
 from berth._errors import Expired, TokenMismatch
+from berth._hitl import interrupt_question
+from berth._questions import QuestionStore
 from berth._store import Listing, Parked, Store
 from berth._token import Token
-from berth.langgraph._questions import ask_once, asked_keys, questions_over, refuse_unseen
+from berth.langgraph._questions import refuse_unseen
 
 __all__ = ["SaverIO"]
 
@@ -22,16 +24,33 @@ class SaverIO:
 
     def __init__(self, store: Store):
         self.store = store
-        self.questions = questions_over(store)
+        self.questions = QuestionStore(store.backend, identity=store.identity, sealer=store.sealer, clock=store.now)
+        """The question store beside `store`: same backend, identity, sealer and clock."""
 
     def ask(self, key: str, value: Any, deadline: datetime, question_id: str) -> None:
-        ask_once(self.questions, key, value, deadline, question_id)
+        """Ask, unless this very interrupt is already asked: one raised again (its branch re-run) keeps its answer.
+
+        An interrupt's value in the Agent Inbox convention (a `HumanInterrupt`) is asked as a structured
+        tool approval (`berth._hitl.interrupt_question`); any other value asks for free text.
+        """
+        asked = self.questions.pending(key)
+        if asked is None or asked.id != question_id:
+            prompt, accepts, tool = interrupt_question(getattr(value, "value", value))
+            self.questions.ask(key, prompt, deadline=deadline, question_id=question_id, accepts=accepts, tool=tool)
 
     def consume(self, key: str, question_id: str) -> None:
         self.questions.consume(key, question_id)
 
     def asked(self, prefix: str, limit: int) -> list[str]:
-        return asked_keys(self.questions, prefix, limit)
+        """The keys of up to `limit` open questions under `prefix` (the listing read no further)."""
+        keys: list[str] = []
+        if limit <= 0:
+            return keys
+        for question, _ in self.questions.list(prefix):
+            keys.append(question.key)
+            if len(keys) >= limit:
+                break
+        return keys
 
     def exists(self, key: str) -> bool:
         return self.store.load(key, allow_expired=True) is not None
