@@ -294,6 +294,50 @@ def test_two_writers_of_one_large_frame_never_tear_it(azurite: str, container: s
     assert saved and found is not None and found[0] in saved, "the blob is one writer's frame, whole"
 
 
+def test_conditional_writers_of_one_large_frame_lose_with_token_mismatch_never_a_torn_frame(
+    azurite: str, container: str
+) -> None:
+    # Four writers replace one large frame, each with If-Match on the same ETag, while their commits
+    # discard each other's staged blocks. At most one wins; every other gets TokenMismatch or a
+    # BackendError (its blocks discarded every time, or an unknown outcome), never a success; the
+    # blob is then the winner's frame whole, or the old one when none won, never a mix.
+    backend = _small_blocks(azurite, container)
+    won: list[tuple[bytes, berth.Token]] = []
+    lost: list[BaseException] = []
+    errors: list[BaseException] = []
+
+    def write(frame: bytes, token: berth.Token) -> None:
+        try:
+            won.append((frame, backend.put("i/k", frame, if_match=token)))
+        except (berth.TokenMismatch, berth.BackendError) as exc:
+            lost.append(exc)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    for round_ in range(2):
+        old = bytes([100 + round_]) * (150 * _KIB)
+        token = backend.put("i/k", old)
+        frames = [bytes([n, round_]) * (75 * _KIB) for n in range(4)]
+        won.clear(), lost.clear()
+        threads = [threading.Thread(target=write, args=(f, token)) for f in frames]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert len(won) <= 1 and len(won) + len(lost) == 4, (won, lost)
+        assert all(
+            isinstance(exc, berth.TokenMismatch) or "discarded" in str(exc) or "unknown outcome" in str(exc)
+            for exc in lost
+        ), lost
+        found = backend.get("i/k")
+        assert found is not None
+        if won:
+            assert found == won[0], "the winner's frame, whole, under the ETag its save returned"
+        else:  # none won: the old frame, unless a writer of unknown outcome committed its own whole
+            assert found[0] == old or (found[0] in frames and any("unknown" in str(e) for e in lost))
+
+
 def test_a_large_frame_through_the_async_backend(azurite: str, container: str) -> None:
     async def run() -> None:
         backend = AsyncAzureBlobBackend(
