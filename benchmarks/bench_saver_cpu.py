@@ -1,11 +1,12 @@
 """Where a LangGraph saver read spends its CPU: BerthSaver beside SqliteSaver, in a hot loop.
 
     PYTHONPATH=src .venv/bin/python benchmarks/bench_saver_cpu.py [--checkpoints 100] [--profile get_tuple]
-        [--async] [--berth-url postgresql://127.0.0.1:5432/test]
+        [--async] [--berth-url postgresql://127.0.0.1:5432/test] [--peer-url postgresql://127.0.0.1:5432/test]
 
 One SQLite file each, the same thread of checkpoints written through each saver (the
 2 KiB message list of `benchmarks/_savers.py`); then, per operation, the best of five
-runs of CPU time (`time.process_time`) per call: `get_tuple` (latest), `list(limit=10)`,
+runs of CPU time (`time.process_time`) per call, and the ratio of the best wall times:
+`get_tuple` (latest), `list(limit=10)`,
 the page of history `get_state_history(before=...)` reads from the middle of the thread
 (`list(limit=10, before=<the middle checkpoint>)`: `list10_before`), the same page with a
 metadata `filter` (`list10_filter`) and without `checkpoint_ns` (`list10_any_ns`), and a
@@ -15,7 +16,8 @@ Run it at `--checkpoints 100` and `--checkpoints 10000` to see whether a page's 
 depends on the thread's length. `--async`: `AsyncBerthSaver` beside `AsyncSqliteSaver`, each
 operation awaited in one event loop (CPU of every thread: aiosqlite's and berth's workers count).
 `--berth-url`: berth's store elsewhere (PostgreSQL, say; its server's CPU is not counted), still
-beside LangGraph's SQLite saver.
+beside LangGraph's SQLite saver unless `--peer-url` puts LangGraph's saver on PostgreSQL too
+(`PostgresSaver` / `AsyncPostgresSaver` in a schema of their own, emptied first): the like-for-like row.
 """
 
 from __future__ import annotations
@@ -107,9 +109,17 @@ async def _amain(args: argparse.Namespace, directory: str, url: str) -> None:
 
     messages = chat_messages(2048)
     async with berth.aio.open_store(url, identity="bench-lg", sealer=sealer()) as store:
-        conn = await aiosqlite.connect(f"{directory}/langgraph.db")
-        await conn.execute("PRAGMA journal_mode=WAL")
-        peer = AsyncSqliteSaver(conn)
+        conn: Any
+        if args.peer_url:
+            from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+            from psycopg import AsyncConnection
+
+            conn = await AsyncConnection.connect(args.peer_url, **_pg_peer_options(args.peer_url))
+            peer: Any = AsyncPostgresSaver(conn)
+        else:
+            conn = await aiosqlite.connect(f"{directory}/langgraph.db")
+            await conn.execute("PRAGMA journal_mode=WAL")
+            peer = AsyncSqliteSaver(conn)
         await peer.setup()
         savers = {"berth sealed": AsyncBerthSaver(store), "LangGraph unencrypted": peer}
         if url.startswith("postgresql"):
@@ -125,23 +135,44 @@ async def _amain(args: argparse.Namespace, directory: str, url: str) -> None:
             if args.only and op not in args.only:
                 continue
             calls = args.calls if not op.startswith("list10") else max(1, args.calls // 5)
-            cpu = {}
+            cpu, wall = {}, {}
             for name, saver in savers.items():
                 await fn(saver)
-                runs = []
+                runs, walls = [], []
                 for _ in range(5):
-                    t0 = time.process_time()
+                    t0, w0 = time.process_time(), time.perf_counter()
                     for _ in range(calls):
                         await fn(saver)
                     runs.append((time.process_time() - t0) / calls)
-                cpu[name] = min(runs)
-            _row(f"a{op}", cpu)
+                    walls.append((time.perf_counter() - w0) / calls)
+                cpu[name], wall[name] = min(runs), min(walls)
+            _row(f"a{op}", cpu, wall)
         await conn.close()
 
 
-def _row(op: str, cpu: dict[str, float]) -> None:
+def _pg_peer_options(url: str) -> dict[str, Any]:
+    """LangGraph's PostgreSQL saver's connection options, in a schema of its own, emptied first."""
+    from psycopg import Connection
+    from psycopg.rows import dict_row
+
+    with Connection.connect(url, autocommit=True) as admin:
+        admin.execute('DROP SCHEMA IF EXISTS "bench_saver_cpu" CASCADE')
+        admin.execute('CREATE SCHEMA "bench_saver_cpu"')
+    return {
+        "autocommit": True,
+        "prepare_threshold": 0,
+        "row_factory": dict_row,
+        "options": "-c search_path=bench_saver_cpu",
+    }
+
+
+def _row(op: str, cpu: dict[str, float], wall: dict[str, float]) -> None:
     berth_us, peer_us = cpu["berth sealed"] * 1e6, cpu["LangGraph unencrypted"] * 1e6
-    print(f"{op:10s} berth {berth_us:7.1f} µs   LangGraph {peer_us:7.1f} µs   CPU × {berth_us / peer_us:.2f}")
+    ratio = wall["berth sealed"] / wall["LangGraph unencrypted"]
+    print(
+        f"{op:10s} berth {berth_us:7.1f} µs   LangGraph {peer_us:7.1f} µs   "
+        f"CPU × {berth_us / peer_us:.2f}   wall × {ratio:.2f}"
+    )
 
 
 def main() -> None:
@@ -152,6 +183,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", help="these operations only")
     parser.add_argument("--async", dest="aio", action="store_true", help="the async savers, awaited")
     parser.add_argument("--berth-url", help="berth's store URL (default: an SQLite file beside LangGraph's)")
+    parser.add_argument("--peer-url", help="LangGraph's saver on this PostgreSQL database (default: an SQLite file)")
     args = parser.parse_args()
     from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -164,9 +196,17 @@ def main() -> None:
     store = berth.open_store(url, identity="bench-lg", sealer=sealer())
     if url.startswith("postgresql"):
         store.delete_prefix("langgraph/")
-    conn = sqlite3.connect(f"{directory}/langgraph.db", check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    peer = SqliteSaver(conn)
+    conn: Any
+    if args.peer_url:
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg import Connection
+
+        conn = Connection.connect(args.peer_url, **_pg_peer_options(args.peer_url))
+        peer: Any = PostgresSaver(conn)
+    else:
+        conn = sqlite3.connect(f"{directory}/langgraph.db", check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        peer = SqliteSaver(conn)
     peer.setup()
     savers = {"berth sealed": BerthSaver(store), "LangGraph unencrypted": peer}
     middle: dict[int, str] = {}
@@ -180,17 +220,18 @@ def main() -> None:
         if args.only and op not in args.only:
             continue
         calls = args.calls if not op.startswith("list10") else max(1, args.calls // 5)
-        cpu = {}
+        cpu, wall = {}, {}
         for name, saver in savers.items():
             fn(saver)
-            runs = []
+            runs, walls = [], []
             for _ in range(5):
-                t0 = time.process_time()
+                t0, w0 = time.process_time(), time.perf_counter()
                 for _ in range(calls):
                     fn(saver)
                 runs.append((time.process_time() - t0) / calls)
-            cpu[name] = min(runs)
-        _row(op, cpu)
+                walls.append((time.perf_counter() - w0) / calls)
+            cpu[name], wall[name] = min(runs), min(walls)
+        _row(op, cpu, wall)
     if args.profile:
         fn, saver = _ops(messages, middle)[args.profile], savers["berth sealed"]
         profile = cProfile.Profile()
