@@ -19,6 +19,7 @@ import functools
 import hashlib
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
@@ -243,6 +244,7 @@ class BodyCodec(Generic[_Body]):
 checkpoint_body = BodyCodec(CheckpointBody, "checkpoint")
 writes_body = BodyCodec(WritesBody, "pending writes")
 any_body = BodyCodec(dict[str, Any], "checkpoint or pending writes")
+_first = itemgetter(0)
 Loaded = tuple[str, Parked | None, Sequence[tuple[str, Parked | None]]]
 """A checkpoint's key and frame as loaded (None: gone meanwhile), with its writes' keys and frames."""
 
@@ -371,35 +373,23 @@ def checkpoint_envelope(
     return checkpoint_key(saver, thread, ns, cid), env, config_of(thread, ns, cid)
 
 
-def _tuple(
-    saver: SaverState, body: CheckpointBody, metadata: Any, writes: list[tuple[str, str, Any]]
-) -> CheckpointTuple:
-    thread, ns, cid = body.thread_id, body.checkpoint_ns, body.checkpoint_id
-    parent = body.parent_checkpoint_id
-    return CheckpointTuple(
-        config=config_of(thread, ns, cid),
-        checkpoint=saver.serde.loads_typed((body.type, body.checkpoint)),
-        metadata=metadata,
-        parent_config=config_of(thread, ns, parent) if parent else None,
-        pending_writes=writes,
-    )
-
-
 def _writes(
     saver: SaverState, thread: str, ns: str, cid: str, loaded: Sequence[tuple[str, Parked | None]]
 ) -> list[tuple[str, str, Any]]:
     """One checkpoint's pending writes, in LangGraph's order, from its write frames as loaded."""
+    if not loaded:
+        return []
     found: list[tuple[tuple[str, str, int], tuple[str, str, Any]]] = []
     want = {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}
+    loads = saver.serde.loads_typed
     for key, parked in loaded:
         if parked is None:
             continue
         body = bound(saver, key, parked, want, writes_body)
         task, path = body.task_id, body.task_path
         for idx, channel, vtype, vdata in body.writes:
-            value = saver.serde.loads_typed((vtype, vdata))
-            found.append((writes_sort_key(path, task, idx), (task, channel, value)))
-    found.sort(key=lambda item: item[0])
+            found.append((writes_sort_key(path, task, idx), (task, channel, loads((vtype, vdata)))))
+    found.sort(key=_first)
     return [write for _, write in found]
 
 
@@ -412,15 +402,24 @@ def tuples(
 ) -> list[CheckpointTuple]:
     """The checkpoint tuples of `found` (opened frames), each checked against its key and `want`."""
     out: list[CheckpointTuple] = []
+    loads = saver.serde.loads_typed
     for key, parked, writes in found:
         if parked is None:
             continue
         body = bound(saver, key, parked, want, checkpoint_body)
-        metadata = saver.serde.loads_typed((body.metadata_type, body.metadata))
+        metadata = loads((body.metadata_type, body.metadata))
         if filter and not all(metadata.get(k) == v for k, v in filter.items()):
             continue
-        pending = _writes(saver, body.thread_id, body.checkpoint_ns, body.checkpoint_id, writes)
-        out.append(_tuple(saver, body, metadata, pending))
+        thread, ns, cid, parent = body.thread_id, body.checkpoint_ns, body.checkpoint_id, body.parent_checkpoint_id
+        out.append(
+            CheckpointTuple(
+                {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}},
+                loads((body.type, body.checkpoint)),
+                metadata,
+                config_of(thread, ns, parent) if parent else None,
+                _writes(saver, thread, ns, cid, writes),
+            )
+        )
         if limit is not None and len(out) >= limit:
             break
     return out

@@ -37,8 +37,9 @@ __all__ = ["get_tuple", "list_tuples"]
 def get_tuple(saver: SaverState, config: RunnableConfig) -> Plan[CheckpointTuple | None]:
     """The checkpoint `config` names, or the latest of its thread and namespace; `None` if there is none."""
     thread = thread_of(config)
-    ns = str(configurable(config).get("checkpoint_ns") or "")
-    cid = get_checkpoint_id(config)
+    conf = config["configurable"]  # thread_of found it
+    ns = str(conf.get("checkpoint_ns") or "")
+    cid = conf.get("checkpoint_id")
     want = {"thread_id": thread, "checkpoint_ns": ns}
     if cid:
         want["checkpoint_id"] = str(cid)
