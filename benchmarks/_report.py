@@ -534,10 +534,11 @@ def witness_section(res: dict[str, Any], goals: Goals) -> list[str]:
         "The cycle of section 1 (save, load, conditional delete of a 64 KiB chat state, AES-256-GCM) by a store "
         "without a witness and by one with a witness (`open_store(..., witness=URL)`: a second SQLite file, "
         "PostgreSQL schema or Redis key prefix on the same server), beside the floor, interleaved trial by trial. "
-        "With a witness a save reads the frame and the key's witness record, records the candidate, writes the "
-        "frame, then records that it landed; a delete (a claim's) reads both, records the intent, deletes, then "
-        "records how the frame left; a load reads both. So a cycle makes four more durable writes (two per save, "
-        "two per delete) and five more reads. Counts are per cycle, as in the durable-writes table; "
+        "With a witness a save reads the key's witness record (and the frame's head only when the record is not "
+        "settled), records the candidate, writes the frame, then records that it landed; a delete reads the "
+        "frame's head and the record (a claim's: what its load read), records the intent, deletes, then records "
+        "how the frame left; a load reads both. So a cycle makes four more durable writes (two per save, two per "
+        "delete) and four more reads. Counts are per cycle, as in the durable-writes table; "
         "on SQLite, fsyncs of both files (the statement trace covers one connection, so it is left out)."
     )
     out.append("")
