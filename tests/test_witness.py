@@ -981,3 +981,22 @@ def test_a_save_over_a_claimed_frame_put_back_reads_again_and_judges_it(store: b
     store.save("a", make_envelope("r3"))  # over it, warned about (as before)
     parked = store.load("a")
     assert parked is not None and parked.envelope.run_id == "r3" and store.audit().ok
+
+
+def test_a_load_hashes_no_frame_the_record_names_at_its_generation(store: berth.Store, setup: Setup) -> None:
+    """A load opens the frame (its seal checks every byte): when the record names it landed at this very
+    generation its SHA-256 is not computed (issue 35); a frame put back, at another generation, is hashed
+    and judged as before, and an audit (which opens nothing) always hashes."""
+    setup.frames, setup.witness = store.backend, store.frames.records
+    _park(store, "a", "r1")
+    older = setup.frame("a")
+    _park(store, "a", "r2")
+    snap = run(_w(store).load_seen(store.core, "a", False), _targets(store))[1]
+    assert snap.verdict == "ok" and snap.info is not None and snap.info.digest is None
+    audited = run(_w(store).snapshot(store.core.name("a"), "a"), _targets(store))  # as audit() reads it
+    assert audited.verdict == "ok" and audited.info is not None and audited.info.digest is not None
+    assert (claimed := store.claim("a")) is not None and claimed.run_id == "r2" and store.audit().ok
+    assert older is not None
+    setup.put_frame("a", older)
+    whole = run(_w(store).snapshot(store.core.name("a"), "a", opening=True), _targets(store))
+    assert whole.verdict == "replayed" and whole.info is not None and whole.info.digest is not None

@@ -204,10 +204,13 @@ def _committed(rec: Record, seq: int, digest: str, token: int | str) -> Record:
     )
 
 
-def frame_info(found: tuple[Data, Token] | None, identity: str, key: str, *, whole: bool = True) -> FrameInfo | None:
+def frame_info(
+    found: tuple[Data, Token] | None, identity: str, key: str, named: Record | None = None, *, whole: bool = True
+) -> FrameInfo | None:
     """The seq, digest and token of what the store holds under `key` (seq None if the header has none).
 
-    `whole=False`: `found` holds only the frame's head; the digest is left None.
+    `whole=False`: `found` holds only the frame's head; the digest is left None, as it is when `named` (a
+    load's record) names this frame landed at this generation (`_head_snapshot`; the load's seal checks every byte).
     """
     if found is None:
         return None
@@ -216,6 +219,7 @@ def frame_info(found: tuple[Data, Token] | None, identity: str, key: str, *, who
         seq = peek_header(data, identity, key)[0].seq
     except (FormatError, IntegrityError, TypeError, ValueError):
         seq = None
+    whole = whole and (named is None or (named.state, named.seq, named.token) != (PARKED, seq, token.value))
     return FrameInfo(seq, hashlib.sha256(data).hexdigest() if whole else None, token)
 
 
@@ -289,14 +293,14 @@ class Witness:
 
     # --- reading one key consistently ---------------------------------------------------------
 
-    def snapshot(self, name: str, key: str, *, whole: bool = True) -> Plan[Snapshot]:
+    def snapshot(self, name: str, key: str, *, whole: bool = True, opening: bool = False) -> Plan[Snapshot]:
         """Read the frame, then the record, and judge; a bad verdict stands only if the frame did not
         change meanwhile (a save or claim racing the read is never taken for an attack).
 
         `whole=False` reads only the frame's head (`head`), and keeps that read only when the
         record names this very frame as landed (same seq, same generation, parked); anything
-        else is read and judged again whole. Only a save or a leave deciding what to write
-        reads heads, never a load.
+        else is read and judged again whole. `opening` (a load, which opens the frame): no digest
+        of a frame the record names at its generation (`frame_info`).
         """
         if not whole:
             snap = yield from self._head_snapshot(name, key)
@@ -305,7 +309,7 @@ class Witness:
         for _ in range(_TRIES):
             found = yield from step(FrameIO.frame_get, name)
             rec, wtoken = self.record(key, (yield from step(FrameIO.record_get, self.name(key))))
-            info = yield from cpu(_size(found), frame_info, found, self.identity, key)
+            info = yield from cpu(_size(found), frame_info, found, self.identity, key, rec if opening else None)
             verdict = judge(rec, info)
             if verdict in _GOOD:
                 return Snapshot(found, info, rec, wtoken, verdict)
@@ -374,8 +378,7 @@ class Witness:
 
     def load_seen(self, store: StoreCore, key: str, allow_expired: bool) -> Plan[tuple[Parked | None, Snapshot]]:
         """`load`, and the snapshot it judged (a claim hands it to `leave`)."""
-        name = store.name(key)
-        snap = yield from self.snapshot(name, key)
+        snap = yield from self.snapshot(store.name(key), key, opening=True)
         # a changed frame is refused as such first
         parked = yield from cpu(_size(snap.found), store.opened, key, snap.found, True)
         self.refuse(key, snap)
@@ -474,12 +477,10 @@ class Witness:
     ) -> Plan[None]:
         """`Store.delete` (and a claim's or sweep's delete) with the witness: intent, delete, record how it left.
 
-        `seen`: the snapshot the caller's load just took (a claim), used for the first try instead
-        of reading the frame and the record again; the intent is written by compare-and-swap on the
-        record's token and the delete is conditional on the frame's, so a stale one only costs a retry.
-        `whole=False` (a delete by a token the caller holds) reads the frame's head when the record
-        names it as landed (`snapshot`); a sweep or a prefix delete, deciding from listed headers,
-        reads and checks every frame whole.
+        `seen`: the snapshot the caller's load just took (a claim), used for the first try instead of
+        reading both again (the intent is a compare-and-swap and the delete conditional: a stale one costs
+        a retry). `whole=False` (a delete by a token the caller holds) reads the frame's head when the record
+        names it as landed (`snapshot`); a sweep or a prefix delete reads and checks every frame whole.
         """
         name = store.delete_name(key, token)
         for _ in range(_TRIES):
