@@ -76,6 +76,12 @@ CASES = [
 ]
 
 
+def _unset(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    """No account, endpoint or profile from the environment: nothing here reaches a cloud."""
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def target(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Target]:
     """Each backend (Redis twice: one server, and a cluster), with a namespace of its own on the shared servers."""
@@ -99,14 +105,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.M
                             ("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config")),
                             ("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))):  # fmt: skip
             monkeypatch.setenv(name, value)
-        for name in (
-            "AWS_PROFILE",
-            "AWS_SESSION_TOKEN",
-            "AWS_ENDPOINT_URL",
-            "AWS_ENDPOINT_URL_S3",
-            "AWS_ENDPOINT_URL_DYNAMODB",
-        ):
-            monkeypatch.delenv(name, raising=False)
+        _unset(monkeypatch, "AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+               "AWS_ENDPOINT_URL_DYNAMODB")  # fmt: skip
         moto_url: str = request.getfixturevalue("moto_url")
         bucket = f"berth-lg-{uuid.uuid4().hex[:16]}"
         if kind == "dynamodb":  # a fresh table, made as `berth setup` makes it
@@ -120,13 +120,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.M
         client.close()
         yield Target(f"s3://{bucket}/lg", {"endpoint_url": moto_url})
     elif kind == "azblob":  # the session's Azurite, a fresh container made as `berth setup` makes it
-        for name in (
-            "AZURE_STORAGE_CONNECTION_STRING",
-            "AZURE_STORAGE_ACCOUNT",
-            "AZURE_STORAGE_KEY",
-            "AZURE_STORAGE_SAS_TOKEN",
-        ):
-            monkeypatch.delenv(name, raising=False)
+        _unset(monkeypatch, "AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY",
+               "AZURE_STORAGE_SAS_TOKEN")  # fmt: skip
         azurite: str = request.getfixturevalue("azurite")
         url = f"azblob://berth-lg-{uuid.uuid4().hex[:16]}/lg"
         with berth.open_store(url, identity="setup", sealer=_sealer(), connection_string=azurite) as store:
