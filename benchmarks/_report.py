@@ -724,6 +724,9 @@ def write(res: dict[str, Any], doc: Path, png: Path | None) -> Goals:
         body += savers_section(res, goals)
     if res.get("save_many"):
         body += save_many_section(res, goals)
+    if res.get("failed"):
+        body += ["### Sections that failed in this run", ""]
+        body += [f"- `{name}`: {why}" for name, why in res["failed"].items()] + [""]
     if res.get("cycle") and png is not None:
         chart(res, png)
     head = [

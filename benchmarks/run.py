@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -120,8 +122,56 @@ def write_raw(res: dict[str, Any], path: Path, splice: bool) -> Path:
     return path
 
 
+def with_notes(res: dict[str, Any]) -> dict[str, Any]:
+    """`res` with benchmarks/notes.md as its notes (the page's closing part; the raw file keeps none)."""
+    notes = HERE / "notes.md"
+    if notes.exists():
+        res["notes"] = notes.read_text().strip().splitlines()
+    return res
+
+
+def load_raw(path: Path) -> dict[str, Any]:
+    """A raw results file as run.py's page is written from it (what `--from-json` does)."""
+    return with_notes(json.loads(path.read_text()))
+
+
+def publish(res: dict[str, Any], raw: Path, doc: Path, png: Path | None, splice: bool) -> _report.Goals:
+    """Write the raw file, then the page (or splice it) from the very figures the raw file keeps.
+
+    The raw file rounds every float to 6 digits; a page written from the unrounded figures differed
+    from what `--from-json` re-derives (tests/test_results.py) in the last digit of a few rows.
+    """
+    res = with_notes(_rounded(res))
+    write_raw(res, raw, splice)
+    if splice:
+        goals = _report.splice(doc, res)
+        log(f"spliced {', '.join(k for k in res if k not in ('meta', 'skipped', 'notes'))} into {doc} and {raw}")
+    else:
+        goals = _report.write(res, doc, png)
+        log(f"wrote {doc}, {png or 'no chart'} and {raw}")
+    return goals
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@contextmanager
+def section(name: str, res: dict[str, Any], meta: dict[str, Any], partial: Path) -> Iterator[None]:
+    """Run one section: a failure is recorded (res["failed"], shown on the page) and the run goes on
+    (rerun the section alone with `--only NAME --splice` once mended).
+
+    After each section, failed or not, everything measured so far goes to `partial` (the scratch
+    directory, kept when the run dies): `run.py --from-json` turns it into a page.
+    """
+    try:
+        yield
+    except Exception as exc:  # one section's failure must not lose the sections already measured
+        res.pop(name, None)  # half a section would give half its rows: the page says it failed instead
+        res.setdefault("failed", {})[name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        log(f"{name}: failed, going on with the next section: {exc!r}")
+    finally:
+        write_raw({**res, "meta": {**meta, "partial": True}}, partial, splice=False)
 
 
 def machine() -> dict[str, str]:
@@ -200,10 +250,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.from_json:
-        saved = json.loads(Path(args.from_json).read_text())
-        notes_file = HERE / "notes.md"
-        if notes_file.exists():
-            saved["notes"] = notes_file.read_text().strip().splitlines()
+        saved = load_raw(Path(args.from_json))
         if args.splice:
             _report.splice(Path(args.doc), saved)
             log(f"spliced {args.from_json} into {args.doc}")
@@ -222,6 +269,8 @@ def main() -> None:
     scratch = Path(args.dir or tempfile.mkdtemp(prefix="berth-bench-", dir="/var/tmp"))
     scratch.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {"skipped": {}}
+    partial = scratch / "partial.json"
+    log(f"each section's results go to {partial} as it ends (run.py --from-json it if the run dies)")
     meta: dict[str, Any] = {
         "command": "python benchmarks/run.py"
         + (" --quick" if quick else "")
@@ -274,174 +323,181 @@ def main() -> None:
         messages = _common.chat_messages()
 
         if "cycle" in only:
-            res["cycle"] = {}
-            for backend in available:
-                log(f"cycle: {backend} ({trials} trials x {budget}s per contender)")
-                try:
-                    variants = _cycle.group(backend, ctx, messages)
-                    results = _common.interleave(variants, trials=trials, budget=budget)
-                except Exception as exc:
-                    res["skipped"][backend] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
-                    log(f"  failed: {exc!r}")
-                    continue
-                res["cycle"][backend] = {
-                    name: {"role": r.role, "rates": r.rates, "cpu": r.cpu} for name, r in results.items()
-                }
-                b = results[_report.BERTH]
-                for n, r in results.items():
-                    log(f"  {n:45} {r.median:9.1f}/s  berth/this {_common.paired_ratio(b, r)[0]:.2f}")
+            with section("cycle", res, meta, partial):
+                res["cycle"] = {}
+                for backend in available:
+                    log(f"cycle: {backend} ({trials} trials x {budget}s per contender)")
+                    try:
+                        variants = _cycle.group(backend, ctx, messages)
+                        results = _common.interleave(variants, trials=trials, budget=budget)
+                    except Exception as exc:
+                        res["skipped"][backend] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+                        log(f"  failed: {exc!r}")
+                        continue
+                    res["cycle"][backend] = {
+                        name: {"role": r.role, "rates": r.rates, "cpu": r.cpu} for name, r in results.items()
+                    }
+                    b = results[_report.BERTH]
+                    for n, r in results.items():
+                        log(f"  {n:45} {r.median:9.1f}/s  berth/this {_common.paired_ratio(b, r)[0]:.2f}")
 
         if "counts" in only:
-            from _counts import count
+            with section("counts", res, meta, partial):
+                from _counts import count
 
-            res["counts"] = {}
-            for backend in available:
-                log(f"counts: {backend}")
-                calls = 100 if backend in ("file", "sqlite") else 40
-                roles = ["berth", "floor"] + (["peer"] if backend in ("sqlite", "postgres") else [])
-                try:
-                    res["counts"][backend] = {role: count(backend, role, ctx, n=calls) for role in roles}
-                except Exception as exc:
-                    res["counts"][backend] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-                log(f"  {res['counts'][backend]}")
+                res["counts"] = {}
+                for backend in available:
+                    log(f"counts: {backend}")
+                    calls = 100 if backend in ("file", "sqlite") else 40
+                    roles = ["berth", "floor"] + (["peer"] if backend in ("sqlite", "postgres") else [])
+                    try:
+                        res["counts"][backend] = {role: count(backend, role, ctx, n=calls) for role in roles}
+                    except Exception as exc:
+                        res["counts"][backend] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+                    log(f"  {res['counts'][backend]}")
 
         if "sealing" in only:
-            from _sealing import variants as seal_variants
+            with section("sealing", res, meta, partial):
+                from _sealing import variants as seal_variants
 
-            res["sealing"] = {}
-            for size in (64 << 10, 16 << 20):
-                log(f"sealing: {size} bytes")
-                results = _common.interleave(seal_variants(size), trials=trials, budget=budget)
-                res["sealing"][str(size)] = {n: {"role": r.role, "rates": r.rates} for n, r in results.items()}
-                for n, r in results.items():
-                    log(f"  {n:40} {r.median / 1e9:.2f} GB/s")
+                res["sealing"] = {}
+                for size in (64 << 10, 16 << 20):
+                    log(f"sealing: {size} bytes")
+                    results = _common.interleave(seal_variants(size), trials=trials, budget=budget)
+                    res["sealing"][str(size)] = {n: {"role": r.role, "rates": r.rates} for n, r in results.items()}
+                    for n, r in results.items():
+                        log(f"  {n:40} {r.median / 1e9:.2f} GB/s")
 
         if "large" in only:
-            import _large
+            with section("large", res, meta, partial):
+                import _large
 
-            payload = scratch / "payload-64MiB.json"
-            payload.write_bytes(_common.big_state_bytes(64 << 20))
-            large_backends: list[str] = [b for b in ("file", "sqlite", "postgres") if b in available]
-            log(f"large: {large_backends}")
-            res["large"] = _large.run(large_backends, ctx, str(payload), 2 if quick else 5)
-            payload.unlink()
+                payload = scratch / "payload-64MiB.json"
+                payload.write_bytes(_common.big_state_bytes(64 << 20))
+                large_backends: list[str] = [b for b in ("file", "sqlite", "postgres") if b in available]
+                log(f"large: {large_backends}")
+                res["large"] = _large.run(large_backends, ctx, str(payload), 2 if quick else 5)
+                payload.unlink()
 
         if "listing" in only:
-            import _listing
+            with section("listing", res, meta, partial):
+                import _listing
 
-            counts = [1_000, 10_000] if quick else [10_000, 100_000]
-            lb = [
-                b
-                for b in _listing.BACKENDS
-                if b in available or (b == "postgres" and servers.postgres and b not in res["skipped"])
-            ]
-            lb = [b for b in lb if _cycle.backend_available(b, ctx) is None]
-            log(f"listing: {lb} at {counts}")
-            res["listing"] = _listing.run(lb, counts, ctx, 2 if quick else 3)
-            for backend, rows in res["listing"].items():
-                for count, row in rows.items():
-                    rate = [round(x["entries"] / x["wall"]) for x in row["list"]]
-                    floor = [round(x["entries"] / x["wall"]) for x in row["floor"]]
-                    log(f"  {backend} {count}: list {rate}/s, floor {floor}/s")
-            if "sqlite" in lb:
-                log(f"listing: berth ls beside --jsonl at {counts}")
-                res["ls"] = _listing.run_ls(counts, ctx, 2 if quick else 3)
+                counts = [1_000, 10_000] if quick else [10_000, 100_000]
+                lb = [
+                    b
+                    for b in _listing.BACKENDS
+                    if b in available or (b == "postgres" and servers.postgres and b not in res["skipped"])
+                ]
+                lb = [b for b in lb if _cycle.backend_available(b, ctx) is None]
+                log(f"listing: {lb} at {counts}")
+                res["listing"] = _listing.run(lb, counts, ctx, 2 if quick else 3)
+                for backend, rows in res["listing"].items():
+                    for count, row in rows.items():
+                        rate = [round(x["entries"] / x["wall"]) for x in row["list"]]
+                        floor = [round(x["entries"] / x["wall"]) for x in row["floor"]]
+                        log(f"  {backend} {count}: list {rate}/s, floor {floor}/s")
+                if "sqlite" in lb:
+                    log(f"listing: berth ls beside --jsonl at {counts}")
+                    res["ls"] = _listing.run_ls(counts, ctx, 2 if quick else 3)
 
         if "contention" in only:
-            import _contention
+            with section("contention", res, meta, partial):
+                import _contention
 
-            cb: list[str] = [
-                b for b in ("sqlite", "postgres") if b in wanted and _cycle.backend_available(b, ctx) is None
-            ]
-            log(f"contention: {cb}")
-            res["contention"] = _contention.run(cb, ctx, 1 if quick else 3)
-            writers = _contention.WRITERS_QUICK if quick else _contention.WRITERS
-            log(f"contention writers: {cb} at {writers} processes")
-            res["writers"] = _contention.run_writers(cb, ctx, 1 if quick else 3, writers, 3.0 if quick else 5.0)
+                cb: list[str] = [
+                    b for b in ("sqlite", "postgres") if b in wanted and _cycle.backend_available(b, ctx) is None
+                ]
+                log(f"contention: {cb}")
+                res["contention"] = _contention.run(cb, ctx, 1 if quick else 3)
+                writers = _contention.WRITERS_QUICK if quick else _contention.WRITERS
+                log(f"contention writers: {cb} at {writers} processes")
+                res["writers"] = _contention.run_writers(cb, ctx, 1 if quick else 3, writers, 3.0 if quick else 5.0)
 
         if "witness" in only:
-            import _witness
+            with section("witness", res, meta, partial):
+                import _witness
 
-            wb = [b for b in _witness.BACKENDS if b in available]
-            log(f"witness: {wb} ({trials} trials x {budget}s per contender)")
-            res["witness"] = _witness.run(wb, ctx, messages, trials=trials, budget=budget, n=20 if quick else 60)
-            for backend, entry in res["witness"].items():
-                log(f"  {backend}: {entry.get('counts')}")
+                wb = [b for b in _witness.BACKENDS if b in available]
+                log(f"witness: {wb} ({trials} trials x {budget}s per contender)")
+                res["witness"] = _witness.run(wb, ctx, messages, trials=trials, budget=budget, n=20 if quick else 60)
+                for backend, entry in res["witness"].items():
+                    log(f"  {backend}: {entry.get('counts')}")
         if "resume" in only:
-            import _resume_race
+            with section("resume", res, meta, partial):
+                import _resume_race
 
-            rb = [b for b in ("sqlite", "postgres") if _cycle.backend_available(b, ctx) is None]
-            threads = 50 if quick else 200
-            log(f"resume: {rb}, {threads} interrupted threads x {_resume_race.PROCESSES} processes")
-            res["resume"] = _resume_race.run(rb, ctx, threads, 1)
-            for backend, rows in res["resume"].items():
-                for who, trials in rows.items():
-                    log(f"  {backend} {who}: {[(t['resumes'], t['resumed_twice_or_more']) for t in trials]}")
+                rb = [b for b in ("sqlite", "postgres") if _cycle.backend_available(b, ctx) is None]
+                threads = 50 if quick else 200
+                log(f"resume: {rb}, {threads} interrupted threads x {_resume_race.PROCESSES} processes")
+                res["resume"] = _resume_race.run(rb, ctx, threads, 1)
+                for backend, rows in res["resume"].items():
+                    for who, trials in rows.items():
+                        log(f"  {backend} {who}: {[(t['resumes'], t['resumed_twice_or_more']) for t in trials]}")
 
         if "savers" in only:
-            import _savers
+            with section("savers", res, meta, partial):
+                import _savers
 
-            sb = [b for b in ("sqlite", "postgres") if _cycle.backend_available(b, ctx) is None]
-            log(f"savers: {sb}")
-            res["savers"] = _savers.run(
-                sb, ctx, quick=quick, trials=args.trials or (3 if quick else 9), budget=0.1 if quick else 0.25
-            )
+                sb = [b for b in ("sqlite", "postgres") if _cycle.backend_available(b, ctx) is None]
+                log(f"savers: {sb}")
+                res["savers"] = _savers.run(
+                    sb, ctx, quick=quick, trials=args.trials or (3 if quick else 9), budget=0.1 if quick else 0.25
+                )
 
         if "startup" in only:
-            import _startup
+            with section("startup", res, meta, partial):
+                import _startup
 
-            log("startup: import berth, berth --help, berth ls on an empty store, beside bare python")
-            res["startup"] = _startup.run(ctx, 10 if quick else 40)
+                log("startup: import berth, berth --help, berth ls on an empty store, beside bare python")
+                res["startup"] = _startup.run(ctx, 10 if quick else 40)
 
         if "aio" in only:
-            import bench_aio
+            with section("aio", res, meta, partial):
+                import bench_aio
 
-            ab: list[str] = [b for b in ("sqlite", "postgres", "redis") if b in available]
-            log(f"aio: {ab}")
-            res["aio"] = bench_aio.run(ab, {"postgres": servers.postgres or "", "redis": servers.redis or ""}, quick)
-            for backend, r in res["aio"].items():
-                log(f"  {backend}: {r.get('error') or r['ratios']}")
+                ab: list[str] = [b for b in ("sqlite", "postgres", "redis") if b in available]
+                log(f"aio: {ab}")
+                res["aio"] = bench_aio.run(
+                    ab, {"postgres": servers.postgres or "", "redis": servers.redis or ""}, quick
+                )
+                for backend, r in res["aio"].items():
+                    log(f"  {backend}: {r.get('error') or r['ratios']}")
 
         if "stalls" in only:
-            import bench_aio
+            with section("stalls", res, meta, partial):
+                import bench_aio
 
-            res["stalls"] = {}
-            for backend in available:
-                log(f"stalls: {backend} (64 KiB x {bench_aio.STALL_TASKS} at once, then 48 MiB states)")
-                url, options = _cycle.berth_url(backend, ctx, "stalls")
-                try:
-                    res["stalls"][backend] = bench_aio.stalls(url, options, quick)
-                except Exception as exc:
-                    res["stalls"][backend] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-                log(f"  {_report.stall_summary(res['stalls'][backend])}")
+                res["stalls"] = {}
+                for backend in available:
+                    log(f"stalls: {backend} (64 KiB x {bench_aio.STALL_TASKS} at once, then 48 MiB states)")
+                    url, options = _cycle.berth_url(backend, ctx, "stalls")
+                    try:
+                        res["stalls"][backend] = bench_aio.stalls(url, options, quick)
+                    except Exception as exc:
+                        res["stalls"][backend] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                    log(f"  {_report.stall_summary(res['stalls'][backend])}")
 
         if "save_many" in only:
-            import bench_save_many
+            with section("save_many", res, meta, partial):
+                import bench_save_many
 
-            res["save_many"] = {"items": 300 if quick else 1000, "rounds": 1 if quick else 3, "backends": {}}
-            for backend in [b for b in ("sqlite", "postgres", "redis") if b in available]:
-                url, _ = _cycle.berth_url(backend, ctx, "save_many")  # these three take no options
-                log(f"save_many: {backend} ({res['save_many']['items']} saves x {res['save_many']['rounds']} rounds)")
-                rates: dict[str, Any]
-                try:
-                    rates = bench_save_many.measure(url, res["save_many"]["items"], res["save_many"]["rounds"])
-                except Exception as exc:
-                    rates = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-                res["save_many"]["backends"][backend] = rates
-                log(f"  {rates}")
+                res["save_many"] = {"items": 300 if quick else 1000, "rounds": 1 if quick else 3, "backends": {}}
+                for backend in [b for b in ("sqlite", "postgres", "redis") if b in available]:
+                    url, _ = _cycle.berth_url(backend, ctx, "save_many")  # these three take no options
+                    items, rounds = res["save_many"]["items"], res["save_many"]["rounds"]
+                    log(f"save_many: {backend} ({items} saves x {rounds} rounds)")
+                    rates: dict[str, Any]
+                    try:
+                        rates = bench_save_many.measure(url, res["save_many"]["items"], res["save_many"]["rounds"])
+                    except Exception as exc:
+                        rates = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                    res["save_many"]["backends"][backend] = rates
+                    log(f"  {rates}")
 
     meta["duration_s"] = time.time() - started
     res["meta"] = meta
-    notes = HERE / "notes.md"
-    if notes.exists():
-        res["notes"] = notes.read_text().strip().splitlines()
-    raw = write_raw(res, Path(args.results), args.splice)
-    if args.splice:
-        goals = _report.splice(Path(args.doc), res)
-        log(f"spliced {', '.join(sorted(only))} into {args.doc} and {raw}")
-    else:
-        goals = _report.write(res, Path(args.doc), Path(args.chart) if args.chart else None)
-        log(f"wrote {args.doc}, {args.chart or 'no chart'} and {raw}")
+    goals = publish(res, Path(args.results), Path(args.doc), Path(args.chart) if args.chart else None, args.splice)
     for goal, figure, ok in goals.rows:
         print(f"  {'MET    ' if ok else 'NOT MET' if ok is not None else '       '}  {goal}: {figure}")
     if not args.dir:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,33 @@ def test_ab_judges_each_row_against_the_spread_of_runs_of_the_same_tree() -> Non
     rows = {r["goal"]: r for r in ab.compare(base, [run(1.02, 1.0, met=False), run(1.02, 1.0, met=False)])}
     assert rows[rate]["verdict"] == "WORSE: goal met on base, not on head"
     assert ab.headline("1,506 claims/s") == 1506.0
+
+
+def _run_py() -> Any:
+    return load(ROOT / "benchmarks" / "run.py", "bench_run")
+
+
+def test_a_failing_section_is_reported_and_the_run_goes_on(tmp_path: Path) -> None:
+    run = _run_py()
+    res, partial = _results(), tmp_path / "partial.json"
+    with run.section("cycle", res, res["meta"], partial):
+        raise RuntimeError("the server went away")
+    with run.section("witness", res, res["meta"], partial):
+        pass  # the next section still runs, and its results stay
+    assert "cycle" not in res and "witness" in res  # half a section is not shown as if whole
+    assert res["failed"] == {"cycle": "RuntimeError: the server went away"}
+    saved = json.loads(partial.read_text())  # what was measured survives the run dying later
+    assert saved["failed"] == res["failed"] and saved["meta"]["partial"] is True and "witness" in saved
+    R.write(saved, tmp_path / "b.md", None)
+    assert "- `cycle`: RuntimeError: the server went away" in (tmp_path / "b.md").read_text()
+
+
+def test_the_page_of_a_run_is_the_page_its_raw_file_gives(tmp_path: Path) -> None:
+    run = _run_py()
+    res = _results()
+    res["cycle"]["sqlite"][R.BERTH]["rates"] = [1234567.4] * 3  # shown to 7 digits, kept to 6
+    res["cycle"]["sqlite"][R.BERTH]["cpu"] = [120.00049e-6] * 3
+    raw, page = tmp_path / "raw.json", tmp_path / "run.md"
+    run.publish(res, raw, page, None, splice=False)
+    run._report.write(run.load_raw(raw), tmp_path / "derived.md", None)  # what --from-json does
+    assert page.read_text() == (tmp_path / "derived.md").read_text()
