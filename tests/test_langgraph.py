@@ -30,6 +30,7 @@ from langgraph.checkpoint.conformance import validate  # noqa: E402
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES  # noqa: E402
 from langgraph.checkpoint.conformance.initializer import RegisteredCheckpointer  # noqa: E402
 
+from berth.backends._aio import ThreadedBackend  # noqa: E402
 from berth.langgraph import AsyncBerthSaver, BerthSaver  # noqa: E402
 from berth.langgraph import _frames as frames  # noqa: E402
 from berth.langgraph._frames import SaverSteps  # noqa: E402
@@ -932,39 +933,55 @@ def test_copy_thread_copies_checkpoints_and_writes_only_and_never_raises_expired
     assert state.values == {"push": "yes"} and [i.value for i in state.interrupts] == ["deploy to production?"]
 
 
-@pytest.mark.parametrize("flavour", ["sync", "async"])
-def test_with_a_witness_a_deleted_newest_checkpoint_is_refused_not_served_as_the_older_one(
-    flavour: str, tmp_path: Path
-) -> None:
+def _newest_deleted_behind_berths_back(
+    url: str, witness: str, sealer: Any
+) -> tuple[Any, dict[str, Any], Any, list[Any]]:
+    """A two-step graph run to its end over a witnessed store, then its newest checkpoint deleted by a storage
+    writer (not through berth): (graph, config, the push interrupt, what the nodes ran)."""
     from berth.backends import open_backend
 
-    url, witness, sealer = f"sqlite:///{tmp_path}/b.db", f"sqlite:///{tmp_path}/w.db", _sealer()
     ran: list[Any] = []
     config = {"configurable": {"thread_id": "t"}}
-    store = berth.open_store(url, identity="ops", sealer=sealer, witness=witness)
-    graph = _two_step_graph(BerthSaver(store), ran)
+    graph = _two_step_graph(BerthSaver(berth.open_store(url, identity="ops", sealer=sealer, witness=witness)), ran)
     (push,) = graph.invoke({}, config)["__interrupt__"]
     graph.invoke(__import__("langgraph.types").types.Command(resume={push.id: "yes"}), config)
     assert ran == [("push", "yes")]
     newest = graph.checkpointer.get_tuple(config).config["configurable"]["checkpoint_id"]
-    # a storage writer deletes the newest checkpoint and its writes, behind berth's back
     raw = open_backend(url)
     doomed = [name for name in raw.scan("ops/langgraph/t/~/c/") if newest in name]
     assert len(doomed) >= 2
     for name in doomed:
         raw.delete(name, raw.get(name)[1])
     raw.close()
+    # without a witness nothing can tell: the older checkpoint is what is there
+    plain = BerthSaver(berth.open_store(url, identity="ops", sealer=sealer))
+    assert plain.get_tuple(config).config["configurable"]["checkpoint_id"] < newest
+    return graph, config, push, ran
 
-    async def reads() -> None:
-        async with berth.aio.open_store(url, identity="ops", sealer=sealer, witness=witness) as astore:
-            saver = AsyncBerthSaver(astore)
-            with pytest.raises(berth.IntegrityError, match="missing"):
-                await saver.aget_tuple(config)
-            with pytest.raises(berth.IntegrityError, match="missing"):
-                [t async for t in saver.alist(config, limit=2)]
 
+async def _async_reads_refuse(url: str, witness: str, sealer: Any, config: dict[str, Any]) -> None:
+    async with berth.aio.open_store(url, identity="ops", sealer=sealer, witness=witness) as astore:
+        saver = AsyncBerthSaver(astore)
+
+        def in_a_thread(prefix: str, after: str) -> Any:
+            raise AssertionError("the witness's listing ran over the sync twin, in a worker thread")
+
+        if not isinstance(astore.backend, ThreadedBackend):  # over threads the whole read is one hop, on purpose
+            astore.sync.frames.keys_after = in_a_thread  # type: ignore[method-assign]  # an async backend awaits
+        with pytest.raises(berth.IntegrityError, match="missing"):
+            await saver.aget_tuple(config)
+        with pytest.raises(berth.IntegrityError, match="missing"):
+            [t async for t in saver.alist(config, limit=2)]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_with_a_witness_a_deleted_newest_checkpoint_is_refused_not_served_as_the_older_one(
+    flavour: str, tmp_path: Path
+) -> None:
+    url, witness, sealer = f"sqlite:///{tmp_path}/b.db", f"sqlite:///{tmp_path}/w.db", _sealer()
+    graph, config, push, ran = _newest_deleted_behind_berths_back(url, witness, sealer)
     if flavour == "async":
-        asyncio.run(reads())
+        asyncio.run(_async_reads_refuse(url, witness, sealer, config))
     else:
         with pytest.raises(berth.IntegrityError, match="missing"):
             graph.checkpointer.get_tuple(config)
@@ -973,9 +990,21 @@ def test_with_a_witness_a_deleted_newest_checkpoint_is_refused_not_served_as_the
         with pytest.raises(berth.IntegrityError, match="missing"):
             graph.invoke(__import__("langgraph.types").types.Command(resume={push.id: "yes"}), config)
     assert ran == [("push", "yes")]  # the push node never ran twice
-    # without a witness nothing can tell: the older checkpoint is what is there
-    plain = BerthSaver(berth.open_store(url, identity="ops", sealer=sealer))
-    assert plain.get_tuple(config).config["configurable"]["checkpoint_id"] < newest
+
+
+@pytest.mark.redis
+def test_with_a_witness_an_async_backends_read_awaits_the_witness_listing(redis_url: str) -> None:
+    """On a natively async backend (Redis) the check of what a read did not see is awaited on the loop."""
+    prefix = f"berth-lg-unseen-{uuid.uuid4().hex[:8]}"
+    url, witness = (f"{redis_url}?prefix={prefix}{part}:&check_durability=false" for part in ("", "-w"))
+    sealer = _sealer()
+    try:
+        _, config, _, _ = _newest_deleted_behind_berths_back(url, witness, sealer)
+        asyncio.run(_async_reads_refuse(url, witness, sealer, config))
+    finally:
+        admin = require("redis", "Redis").Redis.from_url(redis_url)
+        admin.delete(*admin.scan_iter(match=f"{prefix}*"))
+        admin.close()
 
 
 def test_list_reads_what_it_returns_with_before_filter_and_without_a_namespace() -> None:

@@ -13,7 +13,7 @@ backend's own), so a shell runs it as it is.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from berth._batch import SaveItem, SaveResult, built, chunks, outcomes
@@ -246,6 +246,11 @@ class PlainFrames:
     def keys_after(self, prefix: str, after: str) -> Iterator[str]:
         """Keys a witness knows under `prefix` after `after`: none, without one."""
         return iter(())
+
+    async def akeys_after(self, prefix: str, after: str) -> AsyncIterator[str]:
+        """The same, awaited: none."""
+        return
+        yield  # an async generator that yields nothing
 
 
 class HotPath(Protocol):

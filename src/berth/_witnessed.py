@@ -10,8 +10,8 @@ a store is opened; the shells (`Store`, `berth.aio.AsyncStore`) run whichever th
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from berth._batch import SaveItem, SaveResult
 from berth._codec import frame_head
@@ -23,6 +23,9 @@ from berth._plan import Plan, cpu, step
 from berth._token import Token
 from berth._witness import MAX_SEQ, AuditReport, Snapshot, Witness
 from berth.backends import Data
+
+if TYPE_CHECKING:
+    from berth.backends._aio import AsyncBackend
 
 __all__ = ["Frames", "WitnessedFrames", "frames_for"]
 
@@ -50,6 +53,7 @@ class Frames(Protocol):
     def acknowledge(self, key: str) -> Plan[bool]: ...
     def audit(self) -> Plan[AuditReport]: ...
     def keys_after(self, prefix: str, after: str) -> Iterator[str]: ...
+    def akeys_after(self, prefix: str, after: str) -> AsyncIterator[str]: ...
     def hot_path(self, owner: Any, targets: Mapping[Any, Any]) -> HotPath: ...
 
 
@@ -207,3 +211,12 @@ class WitnessedFrames:
     def keys_after(self, prefix: str, after: str) -> Iterator[str]:
         """Keys under `prefix` the witness has a record of, after `after` (a sync witness backend)."""
         return self.witness.keys_after(prefix, after)
+
+    async def akeys_after(self, prefix: str, after: str) -> AsyncIterator[str]:
+        """`keys_after` over an async witness backend (an `AsyncStore`'s): its listing awaited."""
+        base, records = self.witness.name(""), cast("AsyncBackend", self.witness.backend)
+        async for name, *_ in records.sorted_heads(base + prefix, 1, limit=None, reverse=True):
+            key = name[len(base) :]
+            if key <= after:
+                return
+            yield key

@@ -2,8 +2,8 @@
 
 The source of `berth/langgraph/_io.py` (`SaverIO`, over a `berth.Store`), which `scripts/twin.py`
 generates from it: change this module and run the script. The question store beside the saver's is
-awaited too (`berth.aio.AsyncQuestionStore` over the same backend); only a witnessed read's check of
-what it did not see runs in a worker thread, over the store's sync twin (the witness's key listing is sync).
+awaited too (`berth.aio.AsyncQuestionStore` over the same backend), and so is a witnessed read's check of
+what it did not see (the witness's key listing).
 """  # twin: sync """`SaverIO`: the savers' plans' steps (`SaverSteps`), over a `berth.Store`."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from berth._errors import Expired, TokenMismatch
 from berth._hitl import interrupt_question
 from berth._store import Listing, Parked
 from berth._token import Token
-from berth.langgraph._questions import refuse_unseen
+from berth.langgraph._questions import arefuse_unseen  # twin: sync from berth.langgraph._questions import refuse_unseen
 
 __all__ = ["AsyncSaverIO"]
 
@@ -79,13 +79,8 @@ class AsyncSaverIO:
         return [item async for item in self.store.list(prefix, limit=limit, reverse=reverse)]
 
     async def unseen(self, prefix: str, after: str, seen: frozenset[str], before: str | None = None) -> None:
-        # twin: async-only
-        if self.store.frames.records is None:  # no witness's backend: no unseen keys to check
-            return  # and no hop to a thread
-        # twin: end
-        await asyncio.to_thread(
-            refuse_unseen, self.store.sync, prefix, after, seen, before
-        )  # twin: sync refuse_unseen(self.store, prefix, after, seen, before)
+        await arefuse_unseen(self.store, prefix, after, seen, before)  # twin: async-only
+        # twin: sync refuse_unseen(self.store, prefix, after, seen, before)
 
     async def load(self, key: str) -> Parked | None:
         return await self.store.load(key)

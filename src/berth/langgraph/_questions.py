@@ -1,11 +1,11 @@
-"""What both of the savers' I/O shells call, sync (the async one in a worker thread, over its store's sync
-twin): the witness's check of what a read did not see (the witness's key listing is sync)."""
+"""What the savers' I/O shells call: the witness's check of what a read did not see (sync and awaited)."""
 
 from __future__ import annotations
 
+from berth._aio_store import AsyncStore
 from berth._store import Store
 
-__all__ = ["refuse_unseen"]
+__all__ = ["arefuse_unseen", "refuse_unseen"]
 
 
 def refuse_unseen(store: Store, prefix: str, after: str, seen: frozenset[str], before: str | None = None) -> None:
@@ -18,3 +18,12 @@ def refuse_unseen(store: Store, prefix: str, after: str, seen: frozenset[str], b
     for key in store.frames.keys_after(prefix, after):  # none without a witness
         if key not in seen and (before is None or key < before):
             store.load(key, allow_expired=True)
+
+
+async def arefuse_unseen(
+    store: AsyncStore, prefix: str, after: str, seen: frozenset[str], before: str | None = None
+) -> None:
+    """`refuse_unseen` over an `AsyncStore`: the witness's listing and each load awaited, on the loop."""
+    async for key in store.frames.akeys_after(prefix, after):  # none without a witness
+        if key not in seen and (before is None or key < before):
+            await store.load(key, allow_expired=True)
