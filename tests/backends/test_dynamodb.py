@@ -3,16 +3,19 @@ frames refused, throttling, a missing table, listing by Query."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import berth
+import berth.aio
 from berth._errors import StoreMissing
 from berth.testing import AsyncStoreContract, StoreContract, make_envelope
 from tests.backends._aws import isolate_aws
@@ -21,7 +24,7 @@ from tests.conftest import closing_what_it_opens, require
 from tests.fakes.proxy import FaultyProxy
 
 boto3 = require("boto3", "DynamoDB")
-from berth.backends.dynamodb import HEAD_BYTES, ITEM_BYTES, DynamoDbBackend  # noqa: E402
+from berth.backends.dynamodb import HEAD_BYTES, ITEM_BYTES, TTL_GRACE, DynamoDbBackend  # noqa: E402
 
 pytestmark = pytest.mark.dynamodb
 
@@ -298,3 +301,105 @@ def test_a_retried_delete_that_finds_its_item_gone_is_unknown_not_lost(moto_url:
         assert not isinstance(info.value, berth.TokenMismatch)
         assert backend.get("i/k") is None
         backend.close()
+
+
+# --- the TTL backstop: every item of a frame expires with its run --------------------------------
+
+_DEADLINE = datetime(2031, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
+
+
+def _item(raw: Any, table: str, pk: str, sk: str) -> dict[str, Any]:
+    found: dict[str, Any] = raw.get_item(TableName=table, Key={"pk": {"S": pk}, "sk": {"S": sk}})["Item"]
+    return found
+
+
+def _ttl(deadline: datetime) -> dict[str, str]:
+    return {"N": str(int(deadline.timestamp()) + TTL_GRACE)}
+
+
+def _store(moto_url: str, table: str, query: str = "") -> berth.Store:
+    return berth.open_store(
+        f"dynamodb://{table}{query}", identity="i", sealer=berth.PlaintextSealer(), endpoint_url=moto_url
+    )
+
+
+def test_a_saved_frame_carries_its_deadline_as_ttl_and_a_resave_moves_it(moto_url: str, table: str, raw: Any) -> None:
+    store = _store(moto_url, table)
+    store.save("k", make_envelope(deadline=_DEADLINE))
+    assert _item(raw, table, "i", "k")["expires_at"] == _ttl(_DEADLINE) == {"N": "1935821289"}
+    later = _DEADLINE + timedelta(days=3, seconds=1)
+    store.save("k", make_envelope(deadline=later))
+    assert _item(raw, table, "i", "k")["expires_at"] == _ttl(later)
+    store.save("k", make_envelope(deadline=None))
+    assert "expires_at" not in _item(raw, table, "i", "k"), "no deadline: no TTL, the old one gone"
+    store.close()
+
+
+def test_every_part_of_a_large_frame_carries_the_manifest_ttl(moto_url: str, table: str, raw: Any) -> None:
+    store = _store(moto_url, table)
+    store.save("big", make_envelope(deadline=_DEADLINE, provider_state={"blob": "x" * 1_000_000}))
+    manifest = _item(raw, table, "i", "big")
+    parts = _parts(raw, table, "i/big")
+    assert len(parts) == 3 and manifest["expires_at"] == _ttl(_DEADLINE)
+    assert [part["expires_at"] for part in parts] == [_ttl(_DEADLINE)] * 3
+    store.close()
+
+
+def test_ttl_attribute_names_the_attribute_and_empty_sets_none(moto_url: str, table: str, raw: Any) -> None:
+    named = _store(moto_url, table, "?ttl_attribute=gone_by")
+    named.save("k", make_envelope(deadline=_DEADLINE))
+    item = _item(raw, table, "i", "k")
+    assert item["gone_by"] == _ttl(_DEADLINE) and "expires_at" not in item
+    off = _store(moto_url, table, "?ttl_attribute=")
+    off.save("k", make_envelope(deadline=_DEADLINE))
+    assert not {"gone_by", "expires_at"} & set(_item(raw, table, "i", "k"))
+    off.save("big", make_envelope(deadline=_DEADLINE, provider_state={"blob": "x" * 500_000}))
+    assert all("expires_at" not in item for item in [_item(raw, table, "i", "big"), *_parts(raw, table, "i/big")])
+    named.close()
+    off.close()
+
+
+@pytest.mark.parametrize("name", ["ver", "pk", "digest", "x" * 256])
+def test_a_ttl_attribute_berth_uses_or_too_long_is_refused(name: str) -> None:
+    with pytest.raises(berth.BerthError, match="ttl_attribute"):
+        DynamoDbBackend("table", ttl_attribute=name, endpoint_url="http://127.0.0.1:9")
+
+
+def test_setup_enables_ttl_on_the_table_it_creates(moto_url: str, raw: Any) -> None:
+    name = _new_table(moto_url)
+    ttl = raw.describe_time_to_live(TableName=name)["TimeToLiveDescription"]
+    assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": "expires_at"}
+    bare = f"berth-{uuid.uuid4().hex[:20]}"
+    DynamoDbBackend.from_url(f"dynamodb://{bare}?endpoint_url={moto_url}&ttl_attribute=").setup()
+    assert raw.describe_time_to_live(TableName=bare)["TimeToLiveDescription"]["TimeToLiveStatus"] == "DISABLED"
+
+
+def test_bytes_that_are_no_frame_get_no_ttl_and_no_error(backend: DynamoDbBackend, raw: Any) -> None:
+    frame = bytes(_store_frame(backend))
+    torn_header = frame[:20] + b"{" * 40 + frame[60:]
+    for n, data in enumerate([b"", b"not a frame", b"\x89BERTH\r\n\x09" + frame[9:], torn_header, frame[:30]]):
+        token = backend.put(f"i/foreign{n}", data)
+        assert backend.get(f"i/foreign{n}") == (data, token)
+        assert "expires_at" not in _item(raw, backend.table, "i", f"foreign{n}")
+    backend.put("i/copy", frame)  # a frame put straight through the backend (under another key) has one
+    assert _item(raw, backend.table, "i", "copy")["expires_at"] == _ttl(_DEADLINE)
+
+
+def _store_frame(backend: DynamoDbBackend) -> bytes:
+    store = berth.Store(backend, identity="i", sealer=berth.PlaintextSealer())
+    store.save("source", make_envelope(deadline=_DEADLINE))
+    found = backend.get("i/source")
+    assert found is not None
+    return bytes(found[0])
+
+
+def test_an_async_save_sets_the_ttl(moto_url: str, table: str, raw: Any) -> None:
+    async def run() -> None:
+        store = berth.aio.open_store(
+            f"dynamodb://{table}", identity="i", sealer=berth.PlaintextSealer(), endpoint_url=moto_url
+        )
+        await store.save("k", make_envelope(deadline=_DEADLINE))
+        await store.aclose()
+
+    asyncio.run(run())
+    assert _item(raw, table, "i", "k")["expires_at"] == _ttl(_DEADLINE)

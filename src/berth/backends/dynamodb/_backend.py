@@ -1,138 +1,54 @@
-"""`dynamodb://TABLE`: frames as DynamoDB items; an item version is the token.
-
-Key schema (`berth setup` creates it): partition key `pk`, sort key `sk`, both strings. A
-name `{identity}/{key}` is the item `pk = identity, sk = key`, so every listing the store
-makes (a prefix `{identity}/...`) is a `Query` on one partition with `begins_with(sk, ...)`,
-in name order (DynamoDB orders a string sort key by its UTF-8 bytes, as berth does), one
-page at a time; a prefix with no `/` (no store makes one) falls back to a `Scan`.
-
-Attributes of a frame's item: `ver` (the token: a fresh random version per write), `head`
-(the frame's first 1,024 bytes: what a listing reads, by projection), `body` (the rest),
-`size`. Every conditional write and delete carries a `ConditionExpression` on `ver`
-(`attribute_not_exists(pk)` for a create); `ConditionalCheckFailedException` is
-`TokenMismatch`, unless botocore retried the call after a transient error (then the
-outcome is unknown: `BackendError`, never a lost claim).
-
-A frame over one item's room (384 KiB of data; DynamoDB's limit is 400 KB an item) is
-stored in parts: items `pk = name, sk = {ver}/{index}` (a partition of their own: `pk`
-holds a `/`, which no frame's partition does), written first, then the frame's item as a
-manifest naming the part count (in `ver`: `{random}.{count}`), with `size` and the
-SHA-256 of the whole frame (`digest`). The manifest is the commit point: before it lands
-no reader sees the frame; a reader that finds a part missing or changed while the
-manifest still names that part-set raises `IntegrityError` (a torn frame is never
-opened); one whose manifest was replaced meanwhile reads the new one. The part-set of a
-replaced or deleted manifest is deleted once it is replaced; part-sets that no manifest
-ever named (a writer killed between its parts and its manifest) are deleted by the next
-large write of the same name once they are an hour old.
-
-Unconditional puts are never repeated by botocore (a repeat after an ambiguous failure
-could re-create a frame a waker claimed between the two attempts); only a throttled one
-(`ProvisionedThroughputExceededException`, `ThrottlingException`, `RequestLimitExceeded`:
-refused before anything was applied) is repeated, with backoff.
-"""
+"""`DynamoDbBackend`: frames as items of one table (the design: this package's docstring)."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import random
-import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from typing import Any
 from urllib.parse import urlsplit
 
-from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
+from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
 from berth._boto import client as boto_client
-from berth._errors import BackendError, BerthError, IntegrityError, InvalidKey, StoreMissing, TokenMismatch
+from berth._errors import BackendError, BerthError, IntegrityError, TokenMismatch
 from berth._token import Token
 from berth.backends import Backend
 from berth.backends._bulk import Data, Frame, Head, upper_bound
-from berth.backends._errmap import ErrorMap, Row, described, precondition_rows
 from berth.backends._url import own_options
+from berth.backends.dynamodb._wire import (
+    ATTRS,
+    ERRORS,
+    GET_BATCH,
+    HEAD_BYTES,
+    ITEM_BYTES,
+    LOST,
+    ORPHAN_MS,
+    TABLE_NAME,
+    THROTTLED,
+    TTL_ATTRIBUTE,
+    URL_OPTIONS,
+    WRITE_BATCH,
+    absent,
+    at_version,
+    attr_names,
+    backoff,
+    blob,
+    error_code,
+    expiry,
+    new_version,
+    num,
+    part_key,
+    parts_of,
+    split_name,
+    version_of,
+)
 
 __all__ = ["DynamoDbBackend"]
 
 log = logging.getLogger("berth")
-
-ITEM_BYTES = 384 * 1024
-"""Frame bytes one item holds (an inline frame, or one part): DynamoDB's item limit is 400 KB."""
-HEAD_BYTES = 1024
-"""A frame's first bytes, kept apart (`head`) so a listing reads them alone."""
-_GRACE_MS = 3600_000  # a part-set no manifest names is an orphan once it is this old
-_GET_BATCH = 16  # parts per BatchGetItem: 16 x 384 KiB stays under its 16 MB response limit
-_WRITE_BATCH = 25  # BatchWriteItem's limit
-_THROTTLED = {"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"}
-_MISSING = "ResourceNotFoundException"
-_LOST = "ConditionalCheckFailedException"
-_TABLE = re.compile(r"[A-Za-z0-9_.-]{3,255}")
-
-
-def _code(exc: BaseException) -> str:
-    return str(exc.response.get("Error", {}).get("Code") or "") if isinstance(exc, ClientError) else ""
-
-
-def _detail(exc: BaseException) -> str:
-    if isinstance(exc, ClientError):
-        return f"{_code(exc)}: {str(exc.response.get('Error', {}).get('Message') or exc)[:200]}"
-    return described(exc)
-
-
-_ERRORS = ErrorMap(
-    "dynamodb",
-    [
-        *precondition_rows(ClientError, lambda exc: _code(exc) == _LOST),
-        Row(
-            ClientError,
-            StoreMissing,
-            "dynamodb backend could not {op} {name!r}: its table does not exist (`berth setup` creates it; {detail})",
-            lambda exc, call: _code(exc) == _MISSING,
-        ),
-        Row(
-            ClientError,
-            BackendError,
-            "dynamodb backend could not {op} {name!r}: throttled, retry later ({detail})",
-            lambda exc, call: _code(exc) in _THROTTLED,
-        ),
-        Row((ClientError, BotoCoreError, OSError)),
-    ],
-    detail=_detail,
-    retried=lambda exc: (
-        isinstance(exc, ClientError) and int(exc.response.get("ResponseMetadata", {}).get("RetryAttempts") or 0) > 0
-    ),
-)
-
-
-def _version(parts: int) -> str:
-    """A fresh version: milliseconds since the epoch (so an orphaned part-set's age shows), random bits,
-    and for a frame in parts their count."""
-    made = f"{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
-    return f"{made}.{parts}" if parts else made
-
-
-def _parts_of(version: str) -> int:
-    _, dot, count = version.partition(".")
-    return int(count) if dot and count.isdigit() else 0
-
-
-def _split(name: str) -> tuple[str, str]:
-    pk, sep, sk = name.partition("/")
-    if not (pk and sep and sk) or len(pk.encode()) > 1024 or len(sk.encode()) > 1024:
-        raise InvalidKey(f"dynamodb backend stores names identity/key (each 1..1024 bytes), not {name!r}")
-    return pk, sk
-
-
-def _blob(item: dict[str, Any], attr: str) -> bytes:
-    value = item.get(attr)
-    return bytes(value["B"]) if value else b""
-
-
-def _num(item: dict[str, Any], attr: str) -> int:
-    value = item.get(attr)
-    return int(value["N"]) if value else 0
 
 
 class DynamoDbBackend(Backend):
@@ -156,6 +72,7 @@ class DynamoDbBackend(Backend):
         read_timeout: float = 60.0,
         page_size: int = 1000,
         create: bool = True,
+        ttl_attribute: str = TTL_ATTRIBUTE,
     ):
         """Open a table (it must exist: `setup` creates it, never an open).
 
@@ -173,15 +90,23 @@ class DynamoDbBackend(Backend):
             read_timeout: seconds to wait for a response.
             page_size: items per `Query` page (1..1000; a page is at most 1 MB whatever this says).
             create: False: check at open that the table exists (`DescribeTable`), else `StoreMissing`.
+            ttl_attribute: the Number attribute every item of a frame carries, its deadline plus
+                `TTL_GRACE` in epoch seconds (DynamoDB's TTL, enabled on it by `setup`); "" sets none.
 
         Raises:
             BerthError: a bad option.
             StoreMissing: `create=False` and the table does not exist.
         """
-        if not isinstance(table, str) or not _TABLE.fullmatch(table):
+        if not isinstance(table, str) or not TABLE_NAME.fullmatch(table):
             raise BerthError(f"dynamodb table name must be 3-255 of A-Z a-z 0-9 _ . -, got {table!r}")
         if not 1 <= page_size <= 1000:
             raise BerthError(f"dynamodb page_size must be 1..1000, got {page_size}")
+        if not isinstance(ttl_attribute, str) or len(ttl_attribute.encode()) > 255 or ttl_attribute in ATTRS.values():
+            raise BerthError(
+                f"dynamodb ttl_attribute must be an attribute name of at most 255 bytes other than "
+                f"{', '.join(sorted(ATTRS.values()))} (or empty: no TTL), got {ttl_attribute!r}"
+            )
+        self._ttl = ttl_attribute
         self.table = table
         self._page_size = page_size
         self._attempts = max(1, retry_attempts)
@@ -207,18 +132,18 @@ class DynamoDbBackend(Backend):
         if not create:
             try:
                 self._client.describe_table(TableName=table)
-            except _ERRORS.catches as exc:
-                raise _ERRORS.error(exc, "open", table) from exc
+            except ERRORS.catches as exc:
+                raise ERRORS.error(exc, "open", table) from exc
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> DynamoDbBackend:
         """Open `dynamodb://TABLE?region=...&endpoint_url=...` (options as for the constructor; a keyword wins)."""
-        rest = own_options(url, _URL_OPTIONS, options, "dynamodb")
+        rest = own_options(url, URL_OPTIONS, options, "dynamodb")
         if "region" in options:
             options.setdefault("region_name", options.pop("region"))
         parts = urlsplit(rest)
         if parts.scheme.lower() != "dynamodb" or parts.path not in ("", "/") or parts.query or parts.fragment:
-            raise BerthError(f"not a dynamodb://TABLE URL (options: {', '.join(sorted(_URL_OPTIONS))}): {url!r}")
+            raise BerthError(f"not a dynamodb://TABLE URL (options: {', '.join(sorted(URL_OPTIONS))}): {url!r}")
         return cls(parts.netloc, **options)
 
     def __repr__(self) -> str:
@@ -234,15 +159,15 @@ class DynamoDbBackend(Backend):
             StoreMissing: the table does not exist.
             BackendError: DynamoDB failed (a failed unconditional put leaves the previous frame).
         """
-        pk, sk = _split(name)
+        pk, sk = split_name(name)
         old = None
         if if_match is not None:
-            old = _ver(if_match)
+            old = version_of(if_match)
             if if_absent or not old:
                 raise TokenMismatch(f"{name!r} is not at version {if_match.value!r}")
         view = memoryview(data)
         parts = 0 if len(view) <= ITEM_BYTES else -(-len(view) // ITEM_BYTES)
-        version = _version(parts)
+        version = new_version(parts)
         item: dict[str, Any] = {
             "pk": {"S": pk},
             "sk": {"S": sk},
@@ -251,8 +176,11 @@ class DynamoDbBackend(Backend):
         }
         if len(view):
             item["head"] = {"B": bytes(view[:HEAD_BYTES])}
+        ttl = expiry(view, pk, sk) if self._ttl else None
+        if ttl is not None:
+            item[self._ttl] = ttl
         if parts:
-            self._write_parts(name, version, view)
+            self._write_parts(name, version, view, ttl)
             item["digest"] = {"B": hashlib.sha256(view).digest()}
         elif len(view) > HEAD_BYTES:
             item["body"] = {"B": bytes(view[HEAD_BYTES:])}
@@ -272,11 +200,11 @@ class DynamoDbBackend(Backend):
         return Token(version)
 
     def _put_conditional(self, name: str, item: dict[str, Any], old: str | None) -> None:
-        condition = _absent("pk") if old is None else _at(old)
+        condition = absent("pk") if old is None else at_version(old)
         try:
             self._client.put_item(TableName=self.table, Item=item, **condition)
-        except _ERRORS.catches as exc:
-            raise _ERRORS.error(exc, "put", name, conditional=True) from exc
+        except ERRORS.catches as exc:
+            raise ERRORS.error(exc, "put", name, conditional=True) from exc
 
     def _put_unconditional(self, name: str, item: dict[str, Any]) -> str | None:
         """Put `item` whatever is there; the version of a frame in parts it replaced (None: none did).
@@ -286,7 +214,7 @@ class DynamoDbBackend(Backend):
         """
         old: str | None = None
         for _ in range(8):
-            condition = _absent("digest") if old is None else _at(old)
+            condition = absent("digest") if old is None else at_version(old)
             try:
                 self._throttled(
                     self._put_client.put_item,
@@ -296,14 +224,14 @@ class DynamoDbBackend(Backend):
                     **condition,
                 )
             except ClientError as exc:
-                if _code(exc) != _LOST:
-                    raise _ERRORS.error(exc, "put", name) from exc
+                if error_code(exc) != LOST:
+                    raise ERRORS.error(exc, "put", name) from exc
                 found = exc.response.get("Item") or {}
                 version = str(found.get("ver", {}).get("S", ""))
-                old = version if _parts_of(version) else None
+                old = version if parts_of(version) else None
                 continue
-            except _ERRORS.catches as exc:
-                raise _ERRORS.error(exc, "put", name) from exc
+            except ERRORS.catches as exc:
+                raise ERRORS.error(exc, "put", name) from exc
             return old
         raise BackendError(f"dynamodb backend could not put {name!r}: it kept changing under 8 attempts")
 
@@ -313,19 +241,23 @@ class DynamoDbBackend(Backend):
             try:
                 return call(**kwargs)
             except ClientError as exc:
-                if _code(exc) not in _THROTTLED or attempt + 1 >= self._attempts:
+                if error_code(exc) not in THROTTLED or attempt + 1 >= self._attempts:
                     raise
-                time.sleep(_backoff(attempt))
+                time.sleep(backoff(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _write_parts(self, name: str, version: str, view: memoryview) -> None:
+    def _write_parts(self, name: str, version: str, view: memoryview, ttl: dict[str, Any] | None) -> None:
+        """Write the part-set of `version`, each part with the manifest's TTL (a part that DynamoDB deletes
+        before its manifest leaves a torn frame, refused)."""
+        extra = {self._ttl: ttl} if ttl is not None else {}
         requests = [
             {
                 "PutRequest": {
                     "Item": {
                         "pk": {"S": name},
-                        "sk": {"S": _part(version, i)},
+                        "sk": {"S": part_key(version, i)},
                         "body": {"B": bytes(view[at : at + ITEM_BYTES])},
+                        **extra,
                     }
                 }
             }
@@ -345,25 +277,25 @@ class DynamoDbBackend(Backend):
             for attempt in range(self._attempts * 4):
                 try:
                     response = call(RequestItems=pending)
-                except _ERRORS.catches as exc:
-                    raise _ERRORS.error(exc, op, name) from exc
+                except ERRORS.catches as exc:
+                    raise ERRORS.error(exc, op, name) from exc
                 yield from response.get("Responses", {}).get(self.table, [])
                 pending = response.get(left) or {}
                 if not pending:
                     break
-                time.sleep(_backoff(attempt))
+                time.sleep(backoff(attempt))
             else:
                 raise BackendError(f"dynamodb backend could not {op} {name!r}: DynamoDB left requests unprocessed")
 
     def _batch_write(self, name: str, requests: list[Any], op: str) -> None:
-        for _ in self._batched(op, name, requests, _WRITE_BATCH, read=False):
+        for _ in self._batched(op, name, requests, WRITE_BATCH, read=False):
             pass
 
     def _drop_parts(self, name: str, version: str) -> None:
         """Delete the part-set of `version` (replaced, deleted or never committed): never fails the call."""
         keys = [
-            {"DeleteRequest": {"Key": {"pk": {"S": name}, "sk": {"S": _part(version, i)}}}}
-            for i in range(_parts_of(version))
+            {"DeleteRequest": {"Key": {"pk": {"S": name}, "sk": {"S": part_key(version, i)}}}}
+            for i in range(parts_of(version))
         ]
         try:
             self._batch_write(name, keys, "drop the parts of")
@@ -372,7 +304,7 @@ class DynamoDbBackend(Backend):
 
     def _drop_orphans(self, name: str, mine: str) -> None:
         """Delete part-sets under `name` an hour older than `mine` (no manifest names them any more)."""
-        cutoff = f"{max(0, int(mine[:12], 16) - _GRACE_MS):012x}"
+        cutoff = f"{max(0, int(mine[:12], 16) - ORPHAN_MS):012x}"
         try:
             orphans = [
                 {"DeleteRequest": {"Key": {"pk": {"S": name}, "sk": item["sk"]}}}
@@ -392,19 +324,19 @@ class DynamoDbBackend(Backend):
             StoreMissing: the table does not exist.
             BackendError: DynamoDB failed, or a retried delete's outcome is unknown.
         """
-        version = _ver(token)
+        version = version_of(token)
         if not version:
             raise TokenMismatch(f"{name!r} is not at version {token.value!r}")
-        pk, sk = _split(name)
+        pk, sk = split_name(name)
         try:
             self._client.delete_item(
                 TableName=self.table,
                 Key={"pk": {"S": pk}, "sk": {"S": sk}},
-                **_at(version),
+                **at_version(version),
             )
-        except _ERRORS.catches as exc:
-            raise _ERRORS.error(exc, "delete", name, conditional=True) from exc
-        if _parts_of(version):
+        except ERRORS.catches as exc:
+            raise ERRORS.error(exc, "delete", name, conditional=True) from exc
+        if parts_of(version):
             self._drop_parts(name, version)
 
     # --- reads ----------------------------------------------------------------------
@@ -420,16 +352,18 @@ class DynamoDbBackend(Backend):
         return self._opened(name, self._item(name))
 
     def _item(self, name: str, projection: str | None = None) -> dict[str, Any] | None:
-        pk, sk = _split(name)
+        pk, sk = split_name(name)
         more = (
-            {"ProjectionExpression": projection, "ExpressionAttributeNames": _names(projection)} if projection else {}
+            {"ProjectionExpression": projection, "ExpressionAttributeNames": attr_names(projection)}
+            if projection
+            else {}
         )
         try:
             response = self._client.get_item(
                 TableName=self.table, Key={"pk": {"S": pk}, "sk": {"S": sk}}, ConsistentRead=True, **more
             )
-        except _ERRORS.catches as exc:
-            raise _ERRORS.error(exc, "get", name) from exc
+        except ERRORS.catches as exc:
+            raise ERRORS.error(exc, "get", name) from exc
         found: dict[str, Any] | None = response.get("Item")
         return found
 
@@ -438,8 +372,8 @@ class DynamoDbBackend(Backend):
             if item is None:
                 return None
             version = str(item["ver"]["S"])
-            if not _parts_of(version):
-                return _blob(item, "head") + _blob(item, "body"), Token(version)
+            if not parts_of(version):
+                return blob(item, "head") + blob(item, "body"), Token(version)
             data = self._assembled(name, version, item)
             if data is not None:
                 return data, Token(version)
@@ -453,17 +387,17 @@ class DynamoDbBackend(Backend):
 
     def _assembled(self, name: str, version: str, item: dict[str, Any]) -> bytes | None:
         """The frame in parts that `item` names, or None when a part is missing or the whole does not match."""
-        count = _parts_of(version)
-        keys = [{"pk": {"S": name}, "sk": {"S": _part(version, i)}} for i in range(count)]
+        count = parts_of(version)
+        keys = [{"pk": {"S": name}, "sk": {"S": part_key(version, i)}} for i in range(count)]
         found = {
-            part["sk"]["S"]: _blob(part, "body")
-            for part in self._batched("read the parts of", name, keys, _GET_BATCH, read=True)
+            part["sk"]["S"]: blob(part, "body")
+            for part in self._batched("read the parts of", name, keys, GET_BATCH, read=True)
         }
-        pieces = [found.get(_part(version, i)) for i in range(count)]
+        pieces = [found.get(part_key(version, i)) for i in range(count)]
         if any(piece is None for piece in pieces):
             return None
         data = b"".join(pieces)  # type: ignore[arg-type]
-        if len(data) != _num(item, "size") or hashlib.sha256(data).digest() != _blob(item, "digest"):
+        if len(data) != num(item, "size") or hashlib.sha256(data).digest() != blob(item, "digest"):
             return None
         return data
 
@@ -473,7 +407,7 @@ class DynamoDbBackend(Backend):
             found = self.get(name)
             return None if found is None else (found[0][:size], found[1])
         item = self._item(name, "#v, #h")
-        return None if item is None else (_blob(item, "head")[:size], Token(str(item["ver"]["S"])))
+        return None if item is None else (blob(item, "head")[:size], Token(str(item["ver"]["S"])))
 
     def get_many(self, names: Sequence[str]) -> Sequence[tuple[Data, Token] | None]:
         """Every name's frame and version (or None), in order: `BatchGetItem`, 100 keys at a time.
@@ -482,7 +416,7 @@ class DynamoDbBackend(Backend):
             IntegrityError: a torn frame in parts.
             BackendError: DynamoDB failed.
         """
-        split = [_split(name) for name in names]
+        split = [split_name(name) for name in names]
         keys = [{"pk": {"S": pk}, "sk": {"S": sk}} for pk, sk in dict.fromkeys(split)]
         got = self._batched("get", names[0] if names else "", keys, 100, read=True)
         items = {(item["pk"]["S"], item["sk"]["S"]): item for item in got}
@@ -498,7 +432,7 @@ class DynamoDbBackend(Backend):
         kwargs: dict[str, Any] = {"TableName": self.table, "ConsistentRead": True, "Limit": self._page_size}
         text = " ".join(v for k, v in spec.items() if not k.startswith(":"))
         kwargs.update({k: v for k, v in spec.items() if not k.startswith(":")})
-        kwargs["ExpressionAttributeNames"] = _names(f"{text} {projection or ''}")
+        kwargs["ExpressionAttributeNames"] = attr_names(f"{text} {projection or ''}")
         if values:
             kwargs["ExpressionAttributeValues"] = values
         if projection:
@@ -510,8 +444,8 @@ class DynamoDbBackend(Backend):
         while True:
             try:
                 page = call(**kwargs)
-            except _ERRORS.catches as exc:
-                raise _ERRORS.error(exc, "list", what) from exc
+            except ERRORS.catches as exc:
+                raise ERRORS.error(exc, "list", what) from exc
             yield from page.get("Items", [])
             if "LastEvaluatedKey" not in page:
                 return
@@ -586,7 +520,7 @@ class DynamoDbBackend(Backend):
         """
         rows = self._listed(prefix, "#v, #h, #z", reverse=reverse)
         for name, item in islice(rows, None if limit is None else max(0, limit)):
-            stored, full = _blob(item, "head"), _num(item, "size")
+            stored, full = blob(item, "head"), num(item, "size")
             if size <= len(stored) or full <= len(stored):
                 yield name, stored[:size], Token(str(item["ver"]["S"])), full
                 continue
@@ -616,12 +550,14 @@ class DynamoDbBackend(Backend):
     # --- the table ---------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Create the table (on-demand capacity, `pk`/`sk` strings) if it does not exist, and wait until it is active.
+        """Create the table (on-demand capacity, `pk`/`sk` strings) if it does not exist, and wait until it is active;
+        on a table it creates, enable TTL on `ttl_attribute` (a table already there is left as it is).
 
         Raises:
-            BackendError: DynamoDB refused (no `dynamodb:CreateTable`, say), or a table of that
-                name has another key schema.
+            BackendError: DynamoDB refused (no `dynamodb:CreateTable` or `dynamodb:UpdateTimeToLive`,
+                say), or a table of that name has another key schema.
         """
+        created = False
         try:
             try:
                 self._client.create_table(
@@ -633,15 +569,20 @@ class DynamoDbBackend(Backend):
                     ],
                     KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
                 )
+                created = True
             except ClientError as exc:
-                if _code(exc) != "ResourceInUseException":
+                if error_code(exc) != "ResourceInUseException":
                     raise
             self._client.get_waiter("table_exists").wait(
                 TableName=self.table, WaiterConfig={"Delay": 1, "MaxAttempts": 120}
             )
             schema = self._client.describe_table(TableName=self.table)["Table"]["KeySchema"]
-        except _ERRORS.catches as exc:
-            raise _ERRORS.error(exc, "set up the table of", self.table) from exc
+            if created and self._ttl:
+                self._client.update_time_to_live(
+                    TableName=self.table, TimeToLiveSpecification={"Enabled": True, "AttributeName": self._ttl}
+                )
+        except ERRORS.catches as exc:
+            raise ERRORS.error(exc, "set up the table of", self.table) from exc
         keys = {(k["AttributeName"], k["KeyType"]) for k in schema}
         if keys != {("pk", "HASH"), ("sk", "RANGE")}:
             raise BackendError(f"dynamodb table {self.table!r} exists with another key schema: {sorted(keys)}")
@@ -651,46 +592,3 @@ class DynamoDbBackend(Backend):
         for client in self._owned:
             client.close()
         self._owned = []
-
-
-_URL_OPTIONS: dict[str, Callable[[str], Any]] = {
-    "region": str,
-    "region_name": str,
-    "endpoint_url": str,
-    "profile_name": str,
-    "retry_attempts": int,
-    "connect_timeout": float,
-    "read_timeout": float,
-    "page_size": int,
-}
-
-_ATTRS = {"#pk": "pk", "#sk": "sk", "#v": "ver", "#h": "head", "#b": "body", "#z": "size", "#d": "digest"}
-
-
-def _names(text: str) -> dict[str, str]:
-    """The `ExpressionAttributeNames` an expression uses (DynamoDB refuses one it does not)."""
-    return {alias: attr for alias, attr in _ATTRS.items() if re.search(re.escape(alias) + r"\b", text)}
-
-
-def _absent(attr: str) -> dict[str, Any]:
-    return {"ConditionExpression": "attribute_not_exists(#a)", "ExpressionAttributeNames": {"#a": attr}}
-
-
-def _at(version: str) -> dict[str, Any]:
-    return {
-        "ConditionExpression": "#v = :v",
-        "ExpressionAttributeNames": {"#v": "ver"},
-        "ExpressionAttributeValues": {":v": {"S": version}},
-    }
-
-
-def _backoff(attempt: int) -> float:
-    return random.uniform(0, min(0.05 * 2**attempt, 2.0))
-
-
-def _part(version: str, index: int) -> str:
-    return f"{version}/{index:06d}"
-
-
-def _ver(token: Token) -> str:
-    return token.value if isinstance(token.value, str) and token.value else ""
