@@ -5,6 +5,7 @@
     .venv/bin/python scripts/reliability.py --quick      # the CI counts, for a smoke run
     .venv/bin/python scripts/reliability.py --only crash races --backends file sqlite
     .venv/bin/python scripts/reliability.py --only races --backends s3 --count 2000 --merge   # a busy machine
+    .venv/bin/python scripts/reliability.py --only faults cluster-kill --backends redis-cluster --merge
     .venv/bin/python scripts/reliability.py --remap   # after a rebase: rows cite the commits now holding their code
 
 Servers: PostgreSQL and Redis from BERTH_TEST_POSTGRES / BERTH_TEST_REDIS (default the
@@ -27,6 +28,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,6 +50,7 @@ from tests._net import free_port, wait_http, wait_port  # noqa: E402
 from tests.reliability import (  # noqa: E402
     test_answers,
     test_cancel,
+    test_cluster,
     test_crash,
     test_faults,
     test_fuzz,
@@ -71,6 +74,7 @@ SCENARIOS = [
     "races-witness",
     "faults",
     "server-crash",
+    "cluster-kill",
     "hostile",
     "answers",
     "cancel",
@@ -79,7 +83,6 @@ SCENARIOS = [
 ]
 NETWORK = ["postgresql", "redis", "s3", "gcs", "dynamodb", "redis-cluster", "azblob"]
 NO_HOSTILE = {"dynamodb", "redis-cluster", "azblob"}  # no hostile workload of theirs yet
-NO_FAULTS = {"redis-cluster"}  # no proxy fault trial of its own yet (a node killed: tests/reliability/test_cluster.py)
 UNRECORDED = "-"  # the commit of a row measured before rows named theirs (its run line above may name it)
 
 TITLES = {
@@ -92,6 +95,7 @@ TITLES = {
     "races-witness": "races with a witness: claimers x re-saver x sweeper",
     "faults": "server faults: cut / down / lost response mid save, load, claim",
     "server-crash": "server crash: SIGKILL + restart mid save, load, claim",
+    "cluster-kill": test_cluster.TITLE,
     "hostile": "hostile: attacks at the seams (issue 12)",
     "answers": test_answers.TITLE,
     "cancel": "cancel: every await point of claim, wake and the integrations' wakes",
@@ -109,6 +113,7 @@ LONG = {
     "lost": 200,
     "throttles": 1000,
     "server-crash": 3000,
+    "cluster-kill": 10,  # rounds: a cluster of its own each, 600 keys, one primary killed
     "hostile-dir": 700,
     "hostile-foreign": 200,
     "hostile-kills": 100,
@@ -130,6 +135,7 @@ QUICK = {
     "lost": 5,
     "throttles": 60,
     "server-crash": 120,
+    "cluster-kill": 1,
     "hostile-dir": 14,
     "hostile-foreign": 3,
     "hostile-kills": 8,
@@ -287,7 +293,7 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
     if "races-witness" in args.only:
         yield from _races_witness(n["races-witness"], work, local, network, addresses)
     if "faults" in args.only:
-        for backend in [b for b in network if b not in NO_FAULTS]:
+        for backend in network:
             address = addresses.get(backend)
             if not address or not _backend_present(backend):
                 yield "faults", backend, lambda: None
@@ -356,6 +362,15 @@ def plan(args: argparse.Namespace, addresses: dict[str, Any]) -> Iterator[tuple[
                 yield "server-crash", backend, lambda: None
                 continue
             yield "server-crash", backend, lambda c=cls: _server_crash(c, n["server-crash"])
+    if "cluster-kill" in args.only and "redis-cluster" in args.backends:
+        if not test_faults.PrivateRedis.available() or shutil.which("redis-cli") is None:
+            yield "cluster-kill", "redis-cluster", lambda: None
+        else:
+            yield (
+                "cluster-kill",
+                "redis-cluster",
+                lambda: test_cluster.run_cluster_kill(work / "cluster-kill", rounds=n["cluster-kill"]),
+            )
 
 
 def _a2a_updates(backend: str, url: str, updates: int) -> Result:
@@ -453,6 +468,8 @@ def _fault_server(backend: str, address: Any) -> test_faults.Server:
         return test_faults.postgres_server(address)
     if backend == "redis":
         return test_faults.redis_server(address)
+    if backend == "redis-cluster":
+        return test_faults.redis_cluster_server(address)
     s3 = test_faults.s3_server(address)
     return test_faults._S3Server(s3.name, s3.host, s3.port, s3._url, s3.options)
 
@@ -595,11 +612,32 @@ def remap() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the chosen scenarios, print the table, write it to docs/reliability.md; exit 1 on any failure."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n\n")[1],  # the command lines above
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="CI counts instead of the long ones")
-    parser.add_argument("--only", nargs="+", default=SCENARIOS, choices=SCENARIOS, metavar="SCENARIO")
-    parser.add_argument("--backends", nargs="+", default=["memory", "file", "sqlite", *NETWORK], metavar="BACKEND")
-    parser.add_argument("--count", type=int, help="trials per row instead of the long or quick counts")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=SCENARIOS,
+        choices=SCENARIOS,
+        metavar="SCENARIO",
+        help="the scenarios to run (default all): " + ", ".join(SCENARIOS),
+    )
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        default=["memory", "file", "sqlite", *NETWORK],
+        metavar="BACKEND",
+        help="the backends to run them on (default all): memory, file, sqlite, " + ", ".join(NETWORK),
+    )
+    parser.add_argument(
+        "--count",
+        type=int,
+        help="trials per row instead of the long or quick counts (cluster-kill: rounds, one primary killed in each)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     parser.add_argument(
         "--merge", action="store_true", help="keep the doc's rows for the scenarios and backends not run now"

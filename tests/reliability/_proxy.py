@@ -3,22 +3,43 @@
 It stands between a backend's client and a real server (PostgreSQL, Redis, a
 moto or fake-gcs-server), so faults happen on the wire exactly as a network
 or a crashing server would cause them, while the shared server keeps running.
+`ProxyGroup` puts one in front of each node of a Redis Cluster.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import select
 import socket
 import threading
 
-__all__ = ["FaultProxy"]
+__all__ = ["FaultProxy", "Proxy", "ProxyGroup"]
+
+
+class _Arming:
+    """The request whose response is to be lost: armed once, taken by the first request that matches."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.patterns: tuple[bytes, ...] | None = None
+
+    def take(self, data: bytes) -> bool:
+        """Whether `data` (a request) is the one armed for; disarms when it is."""
+        with self._lock:
+            if self.patterns is None or not any(p in data for p in self.patterns):
+                return False
+            self.patterns = None
+            return True
 
 
 class FaultProxy:
-    """Forward 127.0.0.1:`port` to `target`; `cut()`, `down()`/`up()` and `lose_next_response()` break it."""
+    """Forward 127.0.0.1:`port` to `target`; `cut()`, `down()`/`up()` and `lose_next_response()` break it.
 
-    def __init__(self, target_host: str, target_port: int):
+    Proxies given one `arming` share it: a response to lose is lost by whichever sees its request first.
+    """
+
+    def __init__(self, target_host: str, target_port: int, *, arming: _Arming | None = None):
         self.target = (target_host, target_port)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
@@ -26,7 +47,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._accepting = True
         self._closed = False
-        self._lose: tuple[bytes, ...] | None = None
+        self._arming = arming or _Arming()
         self._doomed: set[tuple[socket.socket, socket.socket]] = set()
         self.lost_responses = 0
         self.cuts = 0
@@ -61,11 +82,15 @@ class FaultProxy:
         The request reaches the server and is carried out; the client never
         learns the outcome -- the "delete was sent, then the connection died" case.
         """
-        self._lose = patterns
+        self._arming.patterns = patterns
 
     def lose_next_response(self) -> None:
         """The response to the next request on any connection is dropped and its connection cut."""
-        self._lose = (b"",)
+        self._arming.patterns = (b"",)
+
+    def disarm(self) -> None:
+        """No response is to be lost (one armed for and not reached yet is not)."""
+        self._arming.patterns = None
 
     def close(self) -> None:
         """Stop the proxy and close everything."""
@@ -116,9 +141,7 @@ class FaultProxy:
                     data = src.recv(65536)
                     if not data:
                         return
-                    lose = self._lose
-                    if src is client and lose is not None and any(p in data for p in lose):
-                        self._lose = None
+                    if src is client and self._arming.take(data):
                         self._doomed.add(pair)
                     elif src is upstream and pair in self._doomed:
                         self._doomed.discard(pair)
@@ -135,6 +158,78 @@ class FaultProxy:
                 self._pairs.discard(pair)
             _close(client)
             _close(upstream)
+
+
+class ProxyGroup:
+    """A `FaultProxy` in front of each node of a Redis Cluster, broken as one server's proxy is.
+
+    `remap` is redis-py's `address_remap`: every node address the client learns (CLUSTER SLOTS,
+    a MOVED redirect) is turned into its node's proxy, so no connection bypasses the faults; an
+    address with no proxy (a node the group was not made for) is kept in `bypassed`. `cut()` cuts
+    every connection, `down()` takes one node (chosen by `rng`) away until `up()`, and a response
+    to lose is lost on whichever node first sees the request armed for.
+    """
+
+    def __init__(self, nodes: list[tuple[str, int]], rng: random.Random):
+        arming = _Arming()
+        self.rng = rng
+        self.proxies = {port: FaultProxy(host, port, arming=arming) for host, port in nodes}
+        self.bypassed: set[tuple[str, int]] = set()
+        self.port = next(iter(self.proxies.values())).port  # a startup node, as `FaultProxy.port`
+
+    @property
+    def ports(self) -> list[int]:
+        """Every node's proxy port."""
+        return [proxy.port for proxy in self.proxies.values()]
+
+    def remap(self, address: tuple[str, int]) -> tuple[str, int]:
+        proxy = self.proxies.get(address[1])
+        if proxy is None:
+            self.bypassed.add(address)
+            return address
+        return "127.0.0.1", proxy.port
+
+    def cut(self) -> int:
+        return sum(proxy.cut() for proxy in self.proxies.values())
+
+    def down(self) -> None:
+        self.rng.choice(list(self.proxies.values())).down()
+
+    def up(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.up()
+
+    def lose_response_to(self, *patterns: bytes) -> None:
+        next(iter(self.proxies.values())).lose_response_to(*patterns)  # the arming they share
+
+    def lose_next_response(self) -> None:
+        next(iter(self.proxies.values())).lose_next_response()
+
+    def disarm(self) -> None:
+        next(iter(self.proxies.values())).disarm()
+
+    @property
+    def lost_responses(self) -> int:
+        return sum(proxy.lost_responses for proxy in self.proxies.values())
+
+    @property
+    def received(self) -> dict[int, int]:
+        """Bytes each node's proxy relayed to the client, by node port."""
+        return {port: proxy.received for port, proxy in self.proxies.items()}
+
+    def close(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.close()
+
+    def __enter__(self) -> ProxyGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+Proxy = FaultProxy | ProxyGroup
+"""What a fault trial breaks: one server's proxy, or a cluster's."""
 
 
 def _close(s: socket.socket) -> None:

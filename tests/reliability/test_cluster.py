@@ -7,6 +7,9 @@ key must have at most one winner, however the claims on the killed node ended (`
 outcome unknown, never a win). Once its replica is promoted the killed node is started again (it
 rejoins as the new primary's replica, so WAIT can be answered again) and the claimers finish the
 rest: every key is won once, or had a claim whose outcome was unknown (its delete may have run).
+
+`run_cluster_kill` is the trial as a row of docs/reliability.md (scripts/reliability.py
+--only cluster-kill): its trials are the claims made, its failures the keys won twice or lost.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ from berth.testing import make_envelope
 from tests._redis_cluster import LocalCluster
 from tests.conftest import require, unavailable
 
+from ._common import Result, Timer
+
 require("redis.cluster", "Redis Cluster")
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
+TITLE = "server faults: a primary SIGKILLed mid-claim (failover)"
 KEYS = 600
 CLAIMERS = 6
 
@@ -43,13 +49,17 @@ def _store(url: str) -> berth.Store:
         )
 
 
-def kill_trial(directory: Path, *, keys: int = KEYS, claimers: int = CLAIMERS) -> dict[str, int]:
-    """Run the trial once; the counts it saw. Raises AssertionError on a key won twice."""
-    cluster = LocalCluster(directory, primaries=3, replicas=1, node_timeout_ms=1000)
-    try:
-        cluster.start()
-    except RuntimeError as exc:
-        unavailable("Redis Cluster", str(exc))
+def start_cluster(directory: Path) -> LocalCluster:
+    """Three primaries, a replica each, `cluster-node-timeout` 1 s; RuntimeError when none can start."""
+    return LocalCluster(directory, primaries=3, replicas=1, node_timeout_ms=1000).start()
+
+
+def kill_trial(cluster: LocalCluster, *, keys: int = KEYS, claimers: int = CLAIMERS) -> dict[str, int]:
+    """Run the trial once on `cluster` (started; stopped here): the counts it saw.
+
+    `twice` and `vanished` count the keys won more than once, and the keys never won though no claim
+    of theirs failed; `promoted` is 0 when the killed primary's replica never took over.
+    """
     try:
         parker = _store(cluster.url)
         names = [f"k{n:05d}" for n in range(keys)]
@@ -59,6 +69,7 @@ def kill_trial(directory: Path, *, keys: int = KEYS, claimers: int = CLAIMERS) -
         winners: list[str] = []
         uncertain: set[str] = set()
         errors = Counter[str]()
+        claims = [0]
         lock = threading.Lock()
         start = threading.Barrier(claimers + 1)
 
@@ -72,6 +83,8 @@ def kill_trial(directory: Path, *, keys: int = KEYS, claimers: int = CLAIMERS) -
             while left and time.monotonic() < deadline:
                 again = []
                 for name in left:
+                    with lock:
+                        claims[0] += 1
                     try:
                         got = store.claim(name)
                     except berth.BackendError as exc:  # unknown outcome: never a win; try the key again later
@@ -95,31 +108,63 @@ def kill_trial(directory: Path, *, keys: int = KEYS, claimers: int = CLAIMERS) -
         while len(winners) < keys // 4:  # mid-claim: a quarter handed out, the rest in flight
             time.sleep(0.005)
         cluster.kill(victim)
-        assert cluster.wait_ok(30), "the replica of the killed primary was not promoted"
+        promoted = cluster.wait_ok(30)
         cluster.restart(victim)
         for thread in threads:
             thread.join(120)
-        won = Counter(winners)
-        twice = {name: count for name, count in won.items() if count > 1}
-        assert not twice, f"claimed more than once after a primary was killed: {twice}"
         parker.close()
-        vanished = set(names) - set(won) - uncertain
-        assert not vanished, f"{len(vanished)} keys never won, and no claim of theirs failed: {sorted(vanished)[:5]}"
+        won = Counter(winners)
         return {
             "keys": keys,
+            "claims": claims[0],
             "won": len(won),
             "uncertain": len(uncertain - set(won)),
             "errors": sum(errors.values()),
-            "twice": len(twice),
+            "twice": sum(1 for count in won.values() if count > 1),
+            "vanished": len(set(names) - set(won) - uncertain),
+            "promoted": int(promoted),
         }
     finally:
         cluster.stop()
 
 
+def run_cluster_kill(directory: Path, *, rounds: int, keys: int = KEYS, claimers: int = CLAIMERS) -> Result:
+    """`rounds` kill trials, each on a cluster of its own: trials are the claims made, failures the keys
+    won twice or lost, a replica never promoted, or a kill that landed on no claim in flight.
+    RuntimeError (before any trial) when no cluster can be started here."""
+    result = Result(TITLE, "redis-cluster")
+    timer = Timer(0)
+    totals = Counter[str]()
+    for n in range(rounds):
+        (directory / f"round-{n}").mkdir(parents=True, exist_ok=True)
+        seen = kill_trial(start_cluster(directory / f"round-{n}"), keys=keys, claimers=claimers)
+        totals.update(seen)
+        result.trials += seen["claims"]
+        for _ in range(seen["twice"]):
+            result.fail(f"round {n}: a key was claimed more than once after a primary was killed")
+        for _ in range(seen["vanished"]):
+            result.fail(f"round {n}: a key was never won, and no claim of its failed")
+        if not seen["promoted"]:
+            result.fail(f"round {n}: the replica of the killed primary was not promoted in 30 s")
+        if not seen["errors"]:
+            result.fail(f"round {n}: the kill fell between claims: nothing was in flight on the killed node")
+    result.seconds = timer.elapsed()
+    result.counts = dict(totals)
+    result.notes.insert(
+        0,
+        f"primaries killed: {rounds}; {totals['keys']:,} keys: {totals['won']:,} won once, "
+        f"{totals['uncertain']} lost to a claim of unknown outcome (BackendError), {totals['errors']} claims raised",
+    )
+    return result
+
+
 def test_a_primary_killed_mid_claim_never_yields_two_winners(tmp_path: Path) -> None:
-    seen = kill_trial(tmp_path)
-    assert seen["twice"] == 0
-    assert seen["errors"] > 0, "the kill fell between claims: nothing was in flight on the killed node"
+    try:
+        result = run_cluster_kill(tmp_path, rounds=1)
+    except RuntimeError as exc:
+        unavailable("Redis Cluster", str(exc))
+    summary, result.notes = result.notes[0], result.notes[1:]
+    result.check()  # no key won twice or lost, the replica promoted, claims were in flight at the kill
     # A claim that raised may have removed its key (on the dead primary and the replica, or on the
     # promoted replica before it had a replica of its own to answer WAIT): no one wins that key.
-    assert seen["won"] + seen["uncertain"] == seen["keys"], seen
+    assert result.counts["won"] + result.counts["uncertain"] == KEYS, summary

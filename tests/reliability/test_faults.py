@@ -53,7 +53,7 @@ from tests.conftest import unavailable
 from tests.fakes.proxy import FaultyProxy
 
 from ._common import Result, Timer, big_envelope, still_running
-from ._proxy import FaultProxy
+from ._proxy import FaultProxy, Proxy, ProxyGroup
 
 KEYS = [f"fault/{i}" for i in range(8)]
 Unset = object()
@@ -68,11 +68,18 @@ class Server:
     def __init__(self, name: str, host: str, port: int, url: Callable[[int], str], options: dict[str, Any]):
         self.name, self.host, self.port, self._url, self.options = name, host, port, url, options
 
-    def open(self, proxy: FaultProxy, identity: str, sealer: Any) -> berth.Store:
+    def proxy(self, rng: random.Random) -> Proxy:
+        """The proxy a trial breaks: one in front of the server."""
+        return FaultProxy(self.host, self.port)
+
+    def open(self, proxy: Proxy, identity: str, sealer: Any) -> berth.Store:
         """A store whose every connection goes through `proxy`."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # redis' DurabilityWarning: this server runs without AOF on purpose
             return berth.open_store(self._url(proxy.port), identity=identity, sealer=sealer, **self.options)
+
+    def check(self, proxy: Proxy, store: Any, result: Result) -> None:
+        """After a trial, before `store` closes: what the trial must have seen of this server (nothing here)."""
 
 
 class _AwaitedServer(Server):
@@ -82,7 +89,7 @@ class _AwaitedServer(Server):
     def __init__(self, inner: Server):
         super().__init__(f"{inner.name}, berth.aio", inner.host, inner.port, inner._url, inner.options)
 
-    def open(self, proxy: FaultProxy, identity: str, sealer: Any) -> Any:
+    def open(self, proxy: Proxy, identity: str, sealer: Any) -> Any:
         options = dict(self.options)
         if self._url(proxy.port).startswith("redis"):
             options["check_durability"] = False  # this server runs without AOF on purpose
@@ -121,6 +128,52 @@ def redis_server(redis_url: str) -> Server:
     )
 
 
+class _ClusterServer(Server):
+    """A Redis Cluster through a `ProxyGroup`: a proxy in front of each node, every node address the
+    client learns (CLUSTER SLOTS, MOVED) turned into its proxy by redis-py's `address_remap`."""
+
+    def __init__(self, nodes: list[tuple[str, int]], userinfo: str):
+        super().__init__("redis-cluster", *nodes[0], lambda p: "", {"socket_timeout": 5.0})
+        self.nodes, self.userinfo = nodes, userinfo
+        self.remap = True  # False: the client follows the addresses the nodes announce (a trial that cannot bite)
+
+    def proxy(self, rng: random.Random) -> ProxyGroup:
+        return ProxyGroup(self.nodes, rng)
+
+    def open(self, proxy: Proxy, identity: str, sealer: Any) -> berth.Store:
+        assert isinstance(proxy, ProxyGroup)
+        hosts = ",".join(f"127.0.0.1:{port}" for port in proxy.ports)
+        url = f"redis+cluster://{self.userinfo}{hosts}/?prefix=reliability:"
+        remap = proxy.remap if self.remap else None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DurabilityWarning: a test cluster without persistence
+            return berth.open_store(url, identity=identity, sealer=sealer, address_remap=remap, **self.options)
+
+    def check(self, proxy: Proxy, store: Any, result: Result) -> None:
+        """No connection bypassed the proxies: every node address the client used or holds is a proxy's."""
+        assert isinstance(proxy, ProxyGroup)
+        held = {(node.host, node.port) for node in store.backend.client.get_nodes()}
+        direct = proxy.bypassed | {a for a in held if a[1] not in proxy.ports}
+        if direct:
+            result.fail(f"the client reached nodes {sorted(direct)} directly, past the fault proxies")
+        result.notes.append(f"bytes relayed by each node's proxy: {proxy.received}")
+
+
+def redis_cluster_server(url: str) -> _ClusterServer:
+    """Every node of the cluster at `url` (`redis+cluster://[auth@]host:port[,...]/`), by CLUSTER NODES."""
+    import redis
+
+    netloc = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
+    userinfo, at, hosts = netloc.rpartition("@")
+    client = redis.Redis.from_url(f"redis://{userinfo}{at}{hosts.split(',')[0]}/0", socket_timeout=5)
+    try:
+        listing = client.execute_command("CLUSTER NODES")  # {"host:port": the node's fields}
+    finally:
+        client.close()
+    nodes = [(host or "127.0.0.1", int(port)) for host, _, port in (a.rpartition(":") for a in listing)]
+    return _ClusterServer(sorted(nodes), userinfo + at)
+
+
 def s3_server(moto_url: str) -> Server:
     import boto3
 
@@ -139,14 +192,14 @@ def s3_server(moto_url: str) -> Server:
 
 
 class _S3Server(Server):
-    def open(self, proxy: FaultProxy, identity: str, sealer: Any) -> berth.Store:
+    def open(self, proxy: Proxy, identity: str, sealer: Any) -> berth.Store:
         options = {k: v for k, v in self.options.items() if not k.startswith("_")}
         options["endpoint_url"] = f"http://127.0.0.1:{proxy.port}"
         return berth.open_store(self._url(proxy.port), identity=identity, sealer=sealer, **options)
 
 
 class _GcsServer(Server):
-    def open(self, proxy: FaultProxy, identity: str, sealer: Any) -> berth.Store:
+    def open(self, proxy: Proxy, identity: str, sealer: Any) -> berth.Store:
         options = dict(self.options)
         options["endpoint"] = f"http://127.0.0.1:{proxy.port}"
         return berth.open_store(self._url(proxy.port), identity=identity, sealer=sealer, **options)
@@ -415,7 +468,7 @@ class _Crashes:
 class _Faults:
     """Schedules a fault a few milliseconds into a call, so it lands while the call is on the wire."""
 
-    def __init__(self, proxy: FaultProxy, rng: random.Random, *, rate: float):
+    def __init__(self, proxy: Proxy, rng: random.Random, *, rate: float):
         self.proxy, self.rng, self.rate = proxy, rng, rate
         self.counts = {"cut": 0, "down": 0, "lost response": 0}
         self._timers: list[threading.Timer] = []
@@ -454,7 +507,7 @@ class _Faults:
         finally:
             self.stuck = still_running(list(self._timers), 5)
             self.proxy.up()
-            self.proxy._lose = None
+            self.proxy.disarm()
 
 
 class _Ledger:
@@ -555,7 +608,7 @@ def run_faults(
     identity = f"faults-{secrets.token_hex(4)}"
     ledger = _Ledger(result)
     timer = Timer(budget)
-    with FaultProxy(server.host, server.port) as proxy:
+    with server.proxy(rng) as proxy:
         store = server.open(proxy, identity, sealer)
         faults: Any = _Crashes(crashes, rng, rate=rate) if crashes else _Faults(proxy, rng, rate=rate)
         with faults.running():
@@ -573,6 +626,7 @@ def run_faults(
         for name in faults.stuck:
             result.fail(f"fault thread {name} still running after its join timeout")
         ledger.recover(store)
+        server.check(proxy, store, result)
         store.close()
     result.seconds = timer.elapsed()
     errors, unknown_claims = ledger.errors, ledger.unknown_claims
@@ -672,7 +726,7 @@ def run_lost_delete(server: Server, *, trials: int, wrap: Callable[[Any], Any] |
     timer = Timer(0)
     sealer = berth.AesGcmSealer(berth.Keyring.generate())
     identity = f"lost-{secrets.token_hex(4)}"
-    with FaultProxy(server.host, server.port) as proxy:
+    with server.proxy(random.Random(trials)) as proxy:
         store = server.open(proxy, identity, sealer)
         backend = _LoseDeleteResponse(wrap(store.backend) if wrap else store.backend, proxy)
         hooked = berth.Store(as_backend(backend), identity=identity, sealer=sealer)
@@ -694,6 +748,7 @@ def run_lost_delete(server: Server, *, trials: int, wrap: Callable[[Any], Any] |
             after = _load_retrying(store, key)
             if after is not None:  # the delete did not run: the envelope is still claimable
                 result.fail(f"claim {i}: the delete was sent but {key} is still parked")
+        server.check(proxy, store, result)
         store.close()
         if proxy.lost_responses < trials:
             result.fail(f"only {proxy.lost_responses} of {trials} delete responses were lost: the trial did not bite")
@@ -705,7 +760,7 @@ def run_lost_delete(server: Server, *, trials: int, wrap: Callable[[Any], Any] |
 class _LoseDeleteResponse:
     """Wraps a real backend: arms the proxy to lose the response of each delete it sends."""
 
-    def __init__(self, inner: Any, proxy: FaultProxy):
+    def __init__(self, inner: Any, proxy: Proxy):
         self.inner, self.proxy = inner, proxy
 
     def delete(self, name: str, token: berth.Token) -> None:
@@ -730,7 +785,7 @@ def _load_retrying(store: berth.Store, key: str) -> berth.Parked | None:
 # --- tests -------------------------------------------------------------------------------
 
 
-SERVERS = ["postgresql", "redis", "s3", "gcs"]
+SERVERS = ["postgresql", "redis", "redis-cluster", "s3", "gcs"]
 HTTP = ["azblob", "dynamodb"]  # the proxy's faults, and throttles (`run_throttles`)
 
 
@@ -741,6 +796,8 @@ def server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> S
         return postgres_server(request.getfixturevalue("postgres_dsn"))
     if name == "redis":
         return redis_server(request.getfixturevalue("redis_url"))
+    if name == "redis-cluster":
+        return redis_cluster_server(request.getfixturevalue("redis_cluster_url"))
     if name == "gcs":
         return gcs_server(request.getfixturevalue("fake_gcs"))
     if name == "azblob":
@@ -858,6 +915,14 @@ def test_the_lost_delete_trial_catches_a_retry_that_hides_the_outcome(server: Se
     result = run_lost_delete(server, trials=3, wrap=_RetriedDelete)
     assert result.failures == 3
     assert all("returned None" in n for n in result.notes[1:4])
+
+
+@pytest.mark.parametrize("server", ["redis-cluster"], indirect=True)
+def test_the_cluster_trial_catches_a_client_past_the_proxies(server: _ClusterServer) -> None:
+    # without address_remap the client learns the nodes' own ports from CLUSTER SLOTS and leaves the proxies
+    server.remap = False
+    result = run_lost_delete(server, trials=3)
+    assert any("directly, past the fault proxies" in note for note in result.notes), result.notes
 
 
 @pytest.mark.slow
