@@ -75,6 +75,32 @@ def test_redis_py_reads_the_connections_the_lean_pool_keeps() -> None:
     asyncio.run(run())
 
 
+class _Closed(_Conn):
+    """A connection the server closed, as redis-py 8.2's parsers report it: `can_read` raises."""
+
+    connected = 0
+
+    async def can_read_destructive(self) -> bool:
+        raise redis.exceptions.ConnectionError("Connection closed by server.")
+
+    can_read = can_read_destructive
+
+    async def connect(self) -> None:
+        self.connected += 1
+
+
+def test_a_connection_the_server_closed_is_made_anew_not_handed_out_again() -> None:
+    async def run() -> None:
+        pool = LeanPool(max_connections=1)
+        dead = _Closed()
+        pool._in_use_connections.add(dead)  # type: ignore[arg-type]
+        pool.give(dead)
+        assert await pool.take() is dead
+        assert (dead.closed, dead.connected) == (1, 1)  # disconnected and connected again before use
+
+    asyncio.run(run())
+
+
 def test_redis_is_capped_below_the_next_major() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     for extra in ("redis", "hiredis"):

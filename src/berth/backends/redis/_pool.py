@@ -104,7 +104,7 @@ class LeanPool(redis.asyncio.ConnectionPool):
         try:
             if not conn.is_connected:
                 await conn.connect()
-            elif await _has_data(conn):  # closed by the server (EOF seen) or left dirty: a fresh one
+            elif await _stale(conn):  # closed by the server (EOF seen) or left dirty: a fresh one
                 await conn.disconnect()
                 await conn.connect()
         except BaseException:
@@ -123,6 +123,16 @@ class LeanPool(redis.asyncio.ConnectionPool):
         self._available_connections.append(conn)
 
 
-async def _has_data(conn: Any) -> bool:
+async def _stale(conn: Any) -> bool:
+    """Whether an idle connection must be made anew: data left on it, or closed by the server.
+
+    Before redis-py 8.2 a closed one reads as data waiting (True); from 8.2 the parser raises
+    `ConnectionError("Connection closed by server.")` instead, which the connection does not catch
+    (it disconnects only on `OSError`): taken as data waiting, never passed on, or the pool would
+    hand the same dead connection out again on every call, for good.
+    """
     can_read = getattr(conn, "can_read", None) or conn.can_read_destructive  # redis >= 8 / older
-    return bool(await can_read())
+    try:
+        return bool(await can_read())
+    except (redis.exceptions.ConnectionError, OSError):
+        return True
