@@ -160,7 +160,8 @@ async def _ticker(lags: list[float], stop: asyncio.Event) -> None:
 
 async def _open_async(url: str, options: dict[str, Any], sealer: berth.Sealer) -> berth.aio.AsyncStore:
     # a thousand tasks queue for the pool's connections: on a loaded machine the last waits long
-    extra: dict[str, Any] = {"pool_timeout": 600.0} if url.startswith("redis") else {}
+    # (one Redis server's pool takes `pool_timeout`; a cluster's clients keep a pool per node and take none)
+    extra: dict[str, Any] = {"pool_timeout": 600.0} if url.startswith(("redis://", "rediss://")) else {}
     store = berth.aio.open_store(url, identity="bench", sealer=sealer, **options, **extra)
     await store.setup()
     return store
