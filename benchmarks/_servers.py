@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: tests/_net.py
 from tests._azurite import azurite_command, connection_string  # noqa: E402
 from tests._moto import moto_command  # noqa: E402
-from tests._net import free_port, wait_http, wait_port  # noqa: E402
+from tests._net import free_port, stop, wait_http, wait_port  # noqa: E402
 from tests._redis_cluster import LocalCluster  # noqa: E402
 
 POSTGRES_DSN = os.environ.get("BERTH_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -94,7 +94,7 @@ class Servers:
             stderr=subprocess.DEVNULL,
         )
         self.stack.callback(shutil.rmtree, workdir, True)
-        self.stack.callback(_stop, proc)
+        self.stack.callback(stop, proc)
         if not wait_port("127.0.0.1", port):
             raise RuntimeError(f"redis-server did not start on port {port}")
         out = subprocess.run(
@@ -114,7 +114,7 @@ class Servers:
             raise RuntimeError("moto[server] is not installed: pip install -e '.[all,hiredis]' --group bench")
         port = free_port()
         proc = subprocess.Popen(moto_command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.stack.callback(_stop, proc)
+        self.stack.callback(stop, proc)
         url = f"http://127.0.0.1:{port}"
         if not wait_http(url + "/moto-api/"):
             raise RuntimeError(f"moto_server did not start on port {port}")
@@ -145,7 +145,7 @@ class Servers:
         workdir = tempfile.mkdtemp(prefix="berth-bench-azurite-")
         proc = subprocess.Popen(command, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.stack.callback(shutil.rmtree, workdir, True)
-        self.stack.callback(_stop, proc)
+        self.stack.callback(stop, proc)
         if not wait_port("127.0.0.1", port, timeout=60):
             raise RuntimeError(f"azurite-blob did not start on port {port}")
         self.info["azurite"] = " ".join(command[:1]).rsplit("/", 1)[-1] + " (in memory)"
@@ -164,12 +164,3 @@ class Servers:
 def _drain(stream: Any) -> None:
     for _ in iter(lambda: stream.read(65536), b""):
         pass
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()

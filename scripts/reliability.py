@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from scripts._commit import commit_exists, commit_with_tree, measured_commit, src_tree  # noqa: E402
 from tests._azurite import azurite_command, connection_string  # noqa: E402
 from tests._moto import moto_command  # noqa: E402
-from tests._net import free_port, wait_http, wait_port  # noqa: E402
+from tests._net import free_port, stop, wait_http, wait_port  # noqa: E402
 from tests.reliability import (  # noqa: E402
     test_answers,
     test_cancel,
@@ -192,7 +192,7 @@ def servers(wanted: list[str]) -> Iterator[dict[str, Any]]:
             if importlib.util.find_spec("moto") is not None:
                 port = free_port()
                 proc = subprocess.Popen(moto_command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                stack.callback(lambda: (proc.terminate(), proc.wait(10)))
+                stack.callback(stop, proc)  # moto can take over 10 s to exit after a long run
                 url = f"http://127.0.0.1:{port}"
                 if wait_http(url + "/moto-api/", timeout=30):
                     found.update(dict.fromkeys(aws, url))
@@ -208,7 +208,7 @@ def servers(wanted: list[str]) -> Iterator[dict[str, Any]]:
             elif command is not None:
                 home = Path(tempfile.mkdtemp(prefix="berth-reliability-azurite-"))
                 azurite = subprocess.Popen(command, cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                stack.callback(lambda: (azurite.terminate(), azurite.wait(10)))
+                stack.callback(stop, azurite)
                 if wait_port("127.0.0.1", port, timeout=60):
                     found["azblob"] = connection_string(f"http://127.0.0.1:{port}/devstoreaccount1")
         if "gcs" in wanted:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 import urllib.request
 
@@ -38,3 +39,13 @@ def wait_port(host: str, port: int, timeout: float = 10.0) -> bool:
         except OSError:
             time.sleep(0.05)
     return False
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a server process: terminate, and kill it if it has not exited within 10 s (a loaded machine)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -24,7 +24,7 @@ import pytest
 
 from tests._azurite import azurite_command, connection_string
 from tests._moto import moto_command
-from tests._net import free_port, wait_http, wait_port
+from tests._net import free_port, stop, wait_http, wait_port
 from tests._redis_cluster import LocalCluster
 from tests._skip_rule import CI, pytest_make_collect_report, pytest_runtest_makereport
 
@@ -182,7 +182,7 @@ def moto_url() -> Iterator[str]:
             unavailable("moto", f"moto_server did not start on port {port}")
         yield url
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 @pytest.fixture(scope="session")
@@ -219,15 +219,6 @@ def gcs_emulator() -> Iterator[str]:
             os.environ["STORAGE_EMULATOR_HOST"] = previous
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # a loaded machine can take longer to let it exit
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture(scope="session")
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A connection string for Azurite's blob service (BERTH_TEST_AZURITE_URL, or one started for this session)."""
@@ -247,4 +238,4 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             unavailable("Azurite", f"azurite-blob did not start on port {port}")
         yield connection_string(f"http://127.0.0.1:{port}/devstoreaccount1")
     finally:
-        _stop(proc)
+        stop(proc)
