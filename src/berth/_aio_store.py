@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from berth import _sealer  # twin: async-only
 from berth._batch import SaveItem, SaveResult, checked
 from berth._codec import Header
 from berth._core import (
@@ -62,7 +63,7 @@ class _OffLoop:
 
     @staticmethod
     async def run(fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.to_thread(fn, *args)
+        return await asyncio.to_thread(_sealer.in_pieces, fn, *args)
 
 
 _OFF_LOOP = _OffLoop()
