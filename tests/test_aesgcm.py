@@ -9,7 +9,7 @@ import stat
 import pytest
 
 import berth
-from berth._sealer import in_pieces
+from berth._plan import in_pieces
 
 
 def test_keyring_save_is_0600_and_round_trips(tmp_path) -> None:
@@ -192,7 +192,7 @@ def test_in_pieces_is_set_only_inside_it_and_by_berth_aio_for_large_work(monkeyp
 
     import berth.aio
     from berth import _aesgcm
-    from berth._sealer import piecewise
+    from berth._plan import InThreads, piecewise
 
     assert not piecewise() and in_pieces(piecewise) and not piecewise()  # the caller's context is untouched
     seen: list[bool] = []
@@ -214,6 +214,12 @@ def test_in_pieces_is_set_only_inside_it_and_by_berth_aio_for_large_work(monkeyp
 
     asyncio.run(park())
     assert seen == [False, True, False]  # sync; berth.aio's large save in its worker thread; small, on the loop
+
+    class Probe:  # a sync object's methods awaited (async wakes over sync stores): in pieces too
+        def seen(self) -> bool:
+            return piecewise()
+
+    assert asyncio.run(InThreads(Probe()).seen()) is True and not piecewise()
 
 
 @pytest.mark.parametrize("where", [0, BIG // 2, BIG + 20, -1])

@@ -1094,3 +1094,18 @@ def test_a_claim_that_fails_before_the_graph_runs_hands_the_interrupt_back(
     questions = berth.open_questions(url, identity="ops", sealer=sealer)
     assert [q.id for q, _ in questions.list("langgraph/t1/")] == [asked.id]  # asked again
     assert resume_once(graph, config, {asked.id: "approve"}) is not None and ran == ["approve"]
+
+
+def test_the_sync_savers_async_calls_seal_in_pieces_in_their_worker_threads() -> None:
+    # A large checkpoint sealed in the thread BerthSaver's async methods run in holds the GIL a MiB
+    # at a time (berth._plan.in_pieces), so the caller's event loop runs between the pieces.
+    from berth._plan import piecewise
+
+    saver = BerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()))
+
+    def probe() -> Iterator[Any]:
+        return piecewise()
+        yield  # a plan: a generator
+
+    assert asyncio.run(saver._async_run(probe())) is True
+    assert saver._run(probe()) is False

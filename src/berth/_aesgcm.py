@@ -19,8 +19,9 @@ import msgspec
 
 from berth._atomic import make_dirs, remove_stale_temps, write_atomic
 from berth._errors import IntegrityError
+from berth._plan import piecewise
 from berth._public import publish
-from berth._sealer import LARGE_FRAME, FrameBuffer, piecewise
+from berth._sealer import LARGE_FRAME, FrameBuffer
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -54,7 +55,7 @@ def gcm_seal_parts(key: bytes, aead: AESGCM, nonce: bytes, head: bytes, parts: S
     A small body is joined and sealed in one call; a large one is encrypted a MiB
     at a time straight into the output, so the payload is never copied into a
     joined buffer first. The output is one buffer of the frame's size, except in
-    pieces (`berth._sealer.in_pieces`: berth.aio's worker threads), where it is
+    pieces (`berth._plan.in_pieces`: the worker threads an event loop awaits), where it is
     grown a MiB at a time.
     """
     total = sum(map(len, parts))
@@ -123,7 +124,7 @@ def gcm_open_split(
 
     dec = Cipher(algorithms.AES(key), modes.GCM(nonce, bytes(sealed[n:]))).decryptor()
     dec.authenticate_additional_data(aad)
-    if piecewise():  # berth.aio's worker thread: a MiB per call, so the event loop runs between them
+    if piecewise():  # a worker thread an event loop awaits: a MiB per call, so the event loop runs between them
         pieces = [_decrypted(dec, sealed[a:b]) for a, b in pairwise(bounds)]
     else:  # each piece in one call, into bytes of its exact size: no second pass
         pieces = [dec.update(sealed[a:b]) for a, b in pairwise(bounds)]

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from berth import _sealer  # twin: async-only
 from berth._batch import SaveItem, SaveResult, checked
 from berth._codec import Header
 from berth._core import (
@@ -36,7 +35,7 @@ from berth._envelope import Envelope
 from berth._frames import AsyncIO, FrameIO
 from berth._observe import instrument
 from berth._plaintext import PlaintextSealer
-from berth._plan import OFF_LOOP_BYTES, Cpu, arun  # twin: sync from berth._plan import INLINE, Cpu, run
+from berth._plan import OFF_LOOP_BYTES, Cpu, arun, in_pieces  # twin: sync from berth._plan import INLINE, Cpu, run
 
 # twin: sync from berth._core import PlaintextWarning, store_sealer
 # twin: sync from berth._public import publish
@@ -63,7 +62,7 @@ class _OffLoop:
 
     @staticmethod
     async def run(fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.to_thread(_sealer.in_pieces, fn, *args)
+        return await asyncio.to_thread(in_pieces, fn, *args)
 
 
 _OFF_LOOP = _OffLoop()

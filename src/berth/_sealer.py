@@ -10,55 +10,18 @@ built-in sealers all do (`MultiSealer` too, so rotation keeps the fast path);
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextvars import ContextVar, copy_context
+from collections.abc import Sequence
 from itertools import pairwise
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from berth._public import publish
 
-__all__ = [
-    "LARGE_FRAME",
-    "FrameBuffer",
-    "PartsSealer",
-    "Sealer",
-    "as_parts",
-    "check_sealer",
-    "in_pieces",
-    "piecewise",
-]
-
-T = TypeVar("T")
+__all__ = ["LARGE_FRAME", "FrameBuffer", "PartsSealer", "Sealer", "as_parts", "check_sealer"]
 
 LARGE_FRAME = 1 << 20
 """The one "large frame" threshold: from this size a frame (or a body) is moved without a whole
 copy -- sealed and opened piece by piece, returned by a backend as a view of the buffer it was
 read into, written and read in pieces -- because one more pass over it costs more than the call."""
-
-
-_PIECEWISE: ContextVar[bool] = ContextVar("berth_piecewise", default=False)
-
-
-def in_pieces(fn: Callable[..., T], *args: object) -> T:
-    """`fn(*args)` with large bodies sealed and opened in pieces: berth.aio's worker threads.
-
-    A thread frees the event loop only while it does not hold the GIL. In pieces, a large
-    body's buffer is grown a MiB at a time and each piece is its own call, so the loop runs
-    between them; the cost is one more pass over the body (~25 % of a 16 MiB seal + open).
-    Elsewhere (the sync API) the body is sealed into one buffer of its final size and a
-    large state decrypted in one call, as fast as the direct `AESGCM` calls.
-    """
-    return copy_context().run(_in_pieces, fn, args)
-
-
-def _in_pieces(fn: Callable[..., T], args: tuple[object, ...]) -> T:
-    _PIECEWISE.set(True)  # in the copy `in_pieces` made: the caller's context is untouched
-    return fn(*args)
-
-
-def piecewise() -> bool:
-    """Whether large bodies are sealed and opened in pieces here (inside `in_pieces`)."""
-    return _PIECEWISE.get()
 
 
 class FrameBuffer(bytearray):

@@ -20,7 +20,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from berth._aio_store import AsyncStore
 from berth._errors import Expired
-from berth._plan import InThreads, Plan, arun, run
+from berth._plan import InThreads, Plan, arun, in_pieces, run
 from berth._store import Store
 from berth.backends._aio import ThreadedBackend
 from berth.langgraph._aio_io import AsyncSaverIO
@@ -181,7 +181,7 @@ class BerthSaver(SaverCore):
         self._sync_io = SaverIO(store)
 
     async def _async_run(self, plan: Plan[T]) -> T:
-        return await asyncio.to_thread(self._run, plan)
+        return await asyncio.to_thread(in_pieces, self._run, plan)
 
     def _async_targets(self) -> dict[Any, Any]:
         return {SaverSteps: InThreads(self._sync_io)}
