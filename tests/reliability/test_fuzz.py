@@ -353,7 +353,10 @@ def _check_listing(listing: berth.Listing) -> None:
 def _check_opened(env: berth.Envelope, header: dict[str, Any]) -> None:
     """An envelope that opened must be one berth could have parked (or refuses at resume)."""
     assert isinstance(env, berth.Envelope)
-    assert env.run_id == header["run_id"], "the envelope's run id disagrees with the frame header"
+    # The header as the frame holds it (a value the property drew is written as JSON: a datetime
+    # as its ISO string): berth compares what was written, never the Python value drawn for it.
+    written = _jsonable(header["run_id"])
+    assert env.run_id == written, "the envelope's run id disagrees with the frame header"
     assert env.created_at is not None and env.created_at.tzinfo is not None
     assert env.deadline is None or env.deadline.tzinfo is not None
     msgspec.json.decode(env.provider_state)
@@ -543,6 +546,28 @@ def test_fuzz_long(name: str, tmp_path: Any) -> None:
 
 
 # --- what the fuzzing found, kept as plain regression tests ------------------------------
+
+
+def test_a_forged_frame_whose_run_id_is_a_timestamp_opens_to_that_string() -> None:
+    # The long run of 2026-12-04 (scripts/reliability.py, 1 failure in 6,242 forged frames): a
+    # header and a body that both carry run_id "2000-01-01T00:00:00" (drawn as a datetime) open,
+    # as they should, and the property's own check compared the envelope's run id with the
+    # datetime drawn instead of the string written. The check now compares what was written.
+    store = berth.Store(MemoryBackend(), identity=IDENTITY, sealer=berth.PlaintextSealer())
+    good_header, good_body = _valid_parts()
+    stamp = datetime(2000, 1, 1)
+    body = _encode({**good_body, "run_id": stamp, "loop_state": b"", "deadline": None})
+    assert body is not None
+    header = {**good_header, "run_id": stamp, "body_len": len(body)}
+    head_json = _encode(header)
+    assert head_json is not None
+    head = MAGIC + b"\x01" + len(head_json).to_bytes(4, "big") + head_json
+    store.backend.put(NAME, head + berth.PlaintextSealer().seal(body, aad=build_aad(head, IDENTITY, KEY)))
+    parked = store.load(KEY, allow_expired=True)
+    assert parked is not None and parked.envelope.run_id == "2000-01-01T00:00:00"
+    _check_opened(parked.envelope, header)
+    with pytest.raises(AssertionError, match="run id disagrees"):
+        _check_opened(parked.envelope, {**header, "run_id": "another run"})
 
 
 @pytest.mark.parametrize(
