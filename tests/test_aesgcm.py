@@ -219,7 +219,10 @@ def test_in_pieces_is_set_only_inside_it_and_by_berth_aio_for_large_work(monkeyp
         def seen(self) -> bool:
             return piecewise()
 
-    assert asyncio.run(InThreads(Probe()).seen()) is True and not piecewise()
+    async def seen_in_a_thread() -> bool:
+        return bool(await InThreads(Probe()).seen())
+
+    assert asyncio.run(seen_in_a_thread()) is True and not piecewise()
 
 
 @pytest.mark.parametrize("where", [0, BIG // 2, BIG + 20, -1])

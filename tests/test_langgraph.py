@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -1103,7 +1103,7 @@ def test_the_sync_savers_async_calls_seal_in_pieces_in_their_worker_threads() ->
 
     saver = BerthSaver(berth.open_store("memory://", identity="ops", sealer=_sealer()))
 
-    def probe() -> Iterator[Any]:
+    def probe() -> Generator[Any, Any, bool]:
         return piecewise()
         yield  # a plan: a generator
 
