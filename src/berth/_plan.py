@@ -46,6 +46,7 @@ threads, so a plan over sync stores is awaited with the same guarantees.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from contextvars import ContextVar, copy_context
@@ -365,7 +366,6 @@ class InThreads:
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         import asyncio
-        import functools
 
         method = getattr(self.target, name)
 

@@ -79,11 +79,7 @@ class AsyncSaverIO:
         return [item async for item in self.store.list(prefix, limit=limit, reverse=reverse)]
 
     async def unseen(self, prefix: str, after: str, seen: frozenset[str], before: str | None = None) -> None:
-        # twin: async-only
-        if self.store.frames.records is None:  # no witness: nothing unseen to check, no listing made
-            return
-        await arefuse_unseen(self.store, prefix, after, seen, before)
-        # twin: end
+        await arefuse_unseen(self.store, prefix, after, seen, before)  # twin: async-only
         # twin: sync refuse_unseen(self.store, prefix, after, seen, before)
 
     async def load(self, key: str) -> Parked | None:

@@ -24,6 +24,8 @@ async def arefuse_unseen(
     store: AsyncStore, prefix: str, after: str, seen: frozenset[str], before: str | None = None
 ) -> None:
     """`refuse_unseen` over an `AsyncStore`: the witness's listing and each load awaited, on the loop."""
+    if store.frames.records is None:  # no witness: no listing (every async saver read passes here)
+        return
     async for key in store.frames.akeys_after(prefix, after):  # none without a witness
         if key not in seen and (before is None or key < before):
             await store.load(key, allow_expired=True)
