@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -528,13 +529,37 @@ def _order(r: Result) -> tuple[int, int]:
     return scenario, backend
 
 
-def write_doc(body: str) -> None:
-    """Replace the generated part of docs/reliability.md (between the markers) with `body`."""
+# "How to run it" quotes how long a full run takes, from the table's own seconds.
+_SUMS = re.compile(
+    r"the rows below sum to [\d,]+ s, the races \(with and without a witness\) [\d,]+ s of it"
+    r" and the cancellation trial [\d,]+ s"
+)
+
+
+def quoted_sums(rows: list[Result]) -> str:
+    """The sentence of "How to run it" that says what a full run costs, summed over `rows`."""
+
+    def seconds(prefix: str) -> str:
+        return f"{round(sum(round(r.seconds, 1) for r in rows if r.scenario.startswith(prefix))):,} s"
+
+    return (
+        f"the rows below sum to {seconds('')}, the races (with and without a witness) {seconds('races')}"
+        f" of it and the cancellation trial {seconds('cancel:')}"
+    )
+
+
+def write_doc(body: str, rows: list[Result] | None = None) -> None:
+    """Replace the generated part of docs/reliability.md (between the markers) with `body`.
+
+    Given the table's `rows`, the sums "How to run it" quotes are rewritten from them too.
+    """
     text = DOC.read_text() if DOC.exists() else f"# Reliability\n\n{BEGIN}\n{END}\n"
     if BEGIN not in text or END not in text:
         text = text.rstrip() + f"\n\n{BEGIN}\n{END}\n"
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
+    if rows is not None:
+        head = _SUMS.sub(lambda _: quoted_sums(rows), head)
     DOC.write_text(f"{head}{BEGIN}\n{body}\n{END}{tail}")
 
 
@@ -698,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
     body = "\n".join([*history, f"- {run}."]) + "\n\n" + table(rows, commits)
     print("\n" + table(rows, commits))
     if not args.no_write:
-        write_doc(body)
+        write_doc(body, rows)
         fresh = dict.fromkeys(ran, tree)
         if args.merge and not raw_path().exists():  # the first raw file: the page's earlier runs as they read
             history_records = [{"line": line[2:]} for line in history]

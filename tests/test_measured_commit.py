@@ -137,6 +137,31 @@ def test_a_reliability_row_from_before_commits_were_recorded_says_so(
     assert f"{old} {reliability.UNRECORDED} |" in text.splitlines()
 
 
+def test_the_reliability_page_quotes_the_sums_of_its_regenerated_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = tmp_path / "reliability.md"
+    stale = (
+        "the rows below sum to 9,999 s, the races (with and without a witness) 9,000 s of it"
+        " and the cancellation trial 900 s"
+    )
+    table = [
+        "| scenario | backend | trials | failures | seconds | commit |",
+        "| races: claimers x re-saver x sweeper | s3 | 10,000 | 0 | 1,000.4 | abc1234 |",
+        "| cancel: every await point of claim, wake and the integrations' wakes | file | 2,376 | 0 | 250.4 | abc1234 |",
+    ]
+    doc.write_text(
+        "\n".join(["# Reliability", "", f"| a | {stale}, so |", "", reliability.BEGIN, *table, reliability.END])
+    )
+    text = _run_reliability(["--quick", "--merge", "--only", "tamper"], doc, "abc1234", monkeypatch)
+    rows = json.loads((tmp_path / "results" / "reliability.json").read_text())["rows"]
+    tamper = sum(x["seconds"] for x in rows if x["scenario"].startswith("tamper"))
+    assert stale not in text
+    total = f"{round(1_000.4 + 250.4 + tamper):,} s"
+    assert f"the rows below sum to {total}, the races (with and without a witness) 1,000 s of it" in text
+    assert "of it and the cancellation trial 250 s, so |" in text
+
+
 def test_the_benchmarks_page_names_the_commit_it_measured(tmp_path: Path) -> None:
     meta: dict[str, Any] = {
         "command": "python benchmarks/run.py --only counts",

@@ -70,6 +70,23 @@ def test_every_commit_a_reliability_row_cites_is_in_the_history() -> None:
     assert not unknown, unknown
 
 
+def test_the_run_times_the_page_quotes_are_the_tables_sums() -> None:
+    # "How to run it" tells a reader how long a full run takes from the table's own seconds; a
+    # regenerated row changes them, and this keeps the sentence from going stale.
+    raw = json.loads((ROOT / "docs" / "results" / "reliability.json").read_text())
+    rows = raw["rows"]
+
+    def seconds(prefix: str) -> str:
+        return f"{round(sum(r['seconds'] for r in rows if r['scenario'].startswith(prefix))):,} s"
+
+    text = " ".join(RELIABILITY.read_text().split())
+    quoted = (
+        f"the rows below sum to {seconds('')}, the races (with and without a witness) {seconds('races')}"
+        f" of it and the cancellation trial {seconds('cancel:')}"
+    )
+    assert quoted in text, quoted
+
+
 # The last full run of docs/benchmarks.md before run.py committed its raw results: the one page
 # allowed without them. A page regenerated since names another commit and needs its raw file.
 GENERATED_BEFORE_RAW = "2b72e78"
