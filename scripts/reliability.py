@@ -531,20 +531,21 @@ def _order(r: Result) -> tuple[int, int]:
 
 # "How to run it" quotes how long a full run takes, from the table's own seconds.
 _SUMS = re.compile(
-    r"the rows below sum to [\d,]+ s, the races \(with and without a witness\) [\d,]+ s of it"
-    r" and the cancellation trial [\d,]+ s"
+    r"(?:over two hours|about [\d,]+ minutes): the rows below sum to [\d,]+ s,"
+    r" the races \(with and without a witness\) [\d,]+ s of it and the cancellation trial [\d,]+ s"
 )
 
 
 def quoted_sums(rows: list[Result]) -> str:
     """The sentence of "How to run it" that says what a full run costs, summed over `rows`."""
 
-    def seconds(prefix: str) -> str:
-        return f"{round(sum(round(r.seconds, 1) for r in rows if r.scenario.startswith(prefix))):,} s"
+    def seconds(prefix: str) -> float:
+        return sum(round(r.seconds, 1) for r in rows if r.scenario.startswith(prefix))
 
     return (
-        f"the rows below sum to {seconds('')}, the races (with and without a witness) {seconds('races')}"
-        f" of it and the cancellation trial {seconds('cancel:')}"
+        f"about {round(seconds('') / 60):,} minutes: the rows below sum to {round(seconds('')):,} s, the races"
+        f" (with and without a witness) {round(seconds('races')):,} s of it and the cancellation trial"
+        f" {round(seconds('cancel:')):,} s"
     )
 
 

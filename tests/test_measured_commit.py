@@ -142,7 +142,7 @@ def test_the_reliability_page_quotes_the_sums_of_its_regenerated_table(
 ) -> None:
     doc = tmp_path / "reliability.md"
     stale = (
-        "the rows below sum to 9,999 s, the races (with and without a witness) 9,000 s of it"
+        "about 167 minutes: the rows below sum to 9,999 s, the races (with and without a witness) 9,000 s of it"
         " and the cancellation trial 900 s"
     )
     table = [
@@ -158,7 +158,8 @@ def test_the_reliability_page_quotes_the_sums_of_its_regenerated_table(
     tamper = sum(x["seconds"] for x in rows if x["scenario"].startswith("tamper"))
     assert stale not in text
     total = f"{round(1_000.4 + 250.4 + tamper):,} s"
-    assert f"the rows below sum to {total}, the races (with and without a witness) 1,000 s of it" in text
+    minutes = f"about {round((1_000.4 + 250.4 + tamper) / 60)} minutes"
+    assert f"{minutes}: the rows below sum to {total}, the races (with and without a witness) 1,000 s of it" in text
     assert "of it and the cancellation trial 250 s, so |" in text
 
 

@@ -76,13 +76,14 @@ def test_the_run_times_the_page_quotes_are_the_tables_sums() -> None:
     raw = json.loads((ROOT / "docs" / "results" / "reliability.json").read_text())
     rows = raw["rows"]
 
-    def seconds(prefix: str) -> str:
-        return f"{round(sum(r['seconds'] for r in rows if r['scenario'].startswith(prefix))):,} s"
+    def seconds(prefix: str) -> float:
+        return sum(r["seconds"] for r in rows if r["scenario"].startswith(prefix))
 
     text = " ".join(RELIABILITY.read_text().split())
     quoted = (
-        f"the rows below sum to {seconds('')}, the races (with and without a witness) {seconds('races')}"
-        f" of it and the cancellation trial {seconds('cancel:')}"
+        f"about {round(seconds('') / 60):,} minutes: the rows below sum to {round(seconds('')):,} s, the races"
+        f" (with and without a witness) {round(seconds('races')):,} s of it and the cancellation trial"
+        f" {round(seconds('cancel:')):,} s"
     )
     assert quoted in text, quoted
 
