@@ -99,14 +99,15 @@ def main() -> None:
             conn = sqlite3.connect(where, timeout=30)  # made once: 8 first connections can collide on WAL mode
             conn.execute("PRAGMA journal_mode=WAL")
             conn.close()
-            _contention._where = lambda *_, w=where: w  # type: ignore[assignment]
-            _contention.worker_command = lambda job, a, v=variant: [  # type: ignore[assignment]
-                sys.executable,
-                __file__,
-                "--worker",
-                v,
-                json.dumps(a),
-            ]
+
+            def at(backend: str, ctx: dict[str, Any], role: str, trial: int, w: str = where) -> str:
+                return w
+
+            def command(job: str, args: dict[str, Any], v: str = variant) -> list[str]:
+                return [sys.executable, __file__, "--worker", v, json.dumps(args)]
+
+            _contention._where = at
+            _contention.worker_command = command
             role = "floor" if variant == "floor" else "berth"
             res = _contention.writers("sqlite", {"dir": here}, role, round_, args.writers, args.seconds)
             rows[variant].append(res)

@@ -1,4 +1,4 @@
-"""The tree stays clean: ruff (lint and format) on everything, mypy strict on src/, checked on tests/ and benchmarks/.
+"""The tree stays clean: ruff (lint, format) on everything, mypy strict on src/, checked on tests/ benchmarks/ scripts/.
 
 .pre-commit-config.yaml runs the same commands (checked here), so what passes before a commit
 passes CI.
@@ -49,10 +49,10 @@ def test_mypy_strict_on_src() -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
 
-def test_mypy_on_tests_and_benchmarks() -> None:
+def test_mypy_on_tests_benchmarks_and_scripts() -> None:
     # tests/mypy.ini: every body checked, annotations optional; src/ comes from the path, as installed.
     env = {**os.environ, "MYPYPATH": str(ROOT / "src")}
-    command = [_tool("mypy"), "--config-file", "tests/mypy.ini", "tests", "benchmarks"]
+    command = [_tool("mypy"), "--config-file", "tests/mypy.ini", "tests", "benchmarks", "scripts"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
