@@ -181,6 +181,40 @@ def test_the_same_over_slots_through_berth_aio(open_backend, redis_cluster_url: 
     assert list(plain.scan("spread/")) == NAMES[:1]
 
 
+def test_more_calls_at_once_than_connections_wait_their_turn_through_berth_aio(
+    redis_cluster_url: str, fresh_prefix: str
+) -> None:
+    # redis-py's cluster node refuses a call at once when its `max_connections` are in use
+    # (MaxConnectionsError): with 2 a node and 60 cycles at once after the slot map was loaded,
+    # saves failed with BackendError. berth's calls wait their turn, as on one server's pool.
+    import berth.aio
+
+    async def main() -> None:
+        store = berth.aio.open_store(
+            f"{redis_cluster_url}?prefix={fresh_prefix}",
+            identity="gate",
+            sealer=berth.PlaintextSealer(),
+            check_durability=False,
+            max_connections=2,
+            pool_timeout=30,
+        )
+        try:
+            assert isinstance(store.backend, AsyncRedisClusterBackend)
+            await store.save("warm", make_envelope())  # the slot map loaded: no call waits for it
+            assert await store.claim("warm") is not None
+
+            async def cycle(key: str) -> None:
+                await store.save(key, make_envelope(run_id=key))
+                claimed = await store.claim(key)
+                assert claimed is not None and claimed.run_id == key
+
+            await asyncio.gather(*(cycle(f"k{i}") for i in range(60)))
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
+
+
 def test_a_write_sent_by_a_stale_slot_map_goes_to_the_owner_once(
     open_backend: Callable[..., RedisClusterBackend], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,7 +19,7 @@ require("redis", "Redis")
 import redis  # noqa: E402
 import redis.asyncio  # noqa: E402
 
-from berth.backends.redis._pool import PRIVATE_FIELDS, LeanPool  # noqa: E402
+from berth.backends.redis._pool import PRIVATE_FIELDS, CallGate, LeanPool  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CHANGED = "redis-py {version} changed {field}; berth's lean pool (berth/backends/redis/_pool.py) needs updating"
@@ -109,3 +109,56 @@ def test_redis_is_capped_below_the_next_major() -> None:
         assert cap, f"the {extra} extra must cap redis below its next major (the lean pool writes private fields)"
         installed = int(redis.__version__.split(".")[0])
         assert installed < int(cap.group(1)), CHANGED.format(version=redis.__version__, field="its major version")
+
+
+# --- the async cluster client's gate (CallGate) -------------------------------------------------
+
+
+def test_the_gate_lets_limit_calls_in_and_the_next_waits_its_turn() -> None:
+    async def main() -> None:
+        gate = CallGate(2, wait_timeout=5.0)
+        await gate.enter()
+        await gate.enter()
+        third = asyncio.create_task(gate.enter())
+        await asyncio.sleep(0.05)
+        assert not third.done()  # waiting, not refused as redis-py's node refuses
+        gate.leave()
+        await asyncio.wait_for(third, 1.0)
+        gate.leave()
+        gate.leave()
+
+    asyncio.run(main())
+
+
+def test_a_call_that_finds_no_place_within_pool_timeout_is_a_connection_error() -> None:
+    async def main() -> None:
+        gate = CallGate(1, wait_timeout=0.1)
+        await gate.enter()
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        try:
+            await gate.enter()
+        except redis.exceptions.ConnectionError as exc:
+            assert "no free connection within 0.1 s (pool_timeout)" in str(exc)
+        else:
+            raise AssertionError("a second call entered a gate of one")
+        assert 0.09 <= loop.time() - start < 1.0
+        gate.leave()
+        await asyncio.wait_for(gate.enter(), 1.0)  # the timed-out waiter took no place with it
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_waiter_takes_no_place_with_it() -> None:
+    async def main() -> None:
+        gate = CallGate(1, wait_timeout=5.0)
+        await gate.enter()
+        waiter = asyncio.create_task(gate.enter())
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        gate.leave()
+        await asyncio.wait_for(gate.enter(), 1.0)
+        gate.leave()
+
+    asyncio.run(main())

@@ -307,11 +307,28 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
     """`RedisClusterBackend` awaited, on `redis.asyncio.cluster.RedisCluster`: the same keys, scripts,
     routing and semantics (`berth.backends.redis._slots`).
 
-    Its client keeps up to `max_connections` (default 50) connections per node; a call that finds
-    none free fails at once (redis-py's `MaxConnectionsError`, a `BackendError` here).
+    Its client keeps up to `max_connections` (default 50) connections per node. redis-py's node
+    refuses a call at once when all are in use (`MaxConnectionsError`), so at most that many calls
+    run at once (`CallGate`: each holds one connection per node at most) and the next waits up to
+    `pool_timeout` seconds (default: the socket timeout), as on one server's pool.
     """
 
     sync: RedisClusterBackend
+
+    def __init__(
+        self,
+        sync: RedisClusterBackend,
+        client: Any,
+        *,
+        check_durability: bool = True,
+        call_timeout: float = 10.0,
+        pool_timeout: float | None = None,
+    ):
+        from berth.backends.redis._pool import CallGate
+
+        super().__init__(sync, client, check_durability=check_durability, call_timeout=call_timeout)
+        per_node = client.nodes_manager.connection_kwargs.get("max_connections", 100)  # redis-py's default
+        self._gate = CallGate(per_node, pool_timeout or call_timeout)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> AsyncRedisClusterBackend:
@@ -319,6 +336,8 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
         import redis.asyncio.retry
         import redis.cluster
 
+        options = dict(options)
+        pool_timeout = options.pop("pool_timeout", None)  # the gate's, as the standalone pool's
         client_url, others = cluster_url(url)
         sync_url, sync_options, own = client_args(client_url, dict(options))
         check = own.pop("check_durability", True)
@@ -332,10 +351,17 @@ class AsyncRedisClusterBackend(AsyncRedisBackend):
         client_options.setdefault("max_connections", 50)
         call_timeout = client_options.get("socket_timeout") or 10.0
         client = redis.asyncio.cluster.RedisCluster.from_url(client_url, **client_options)
-        return cls(sync, client, check_durability=check, call_timeout=call_timeout)
+        return cls(sync, client, check_durability=check, call_timeout=call_timeout, pool_timeout=pool_timeout)
 
     def __repr__(self) -> str:
         return "Async" + repr(self.sync)
+
+    async def _timed(self, call: Callable[[], Any]) -> Any:
+        await self._gate.enter()
+        try:
+            return await super()._timed(call)
+        finally:
+            self._gate.leave()
 
     async def _checked(self) -> None:
         await self.client.initialize()  # the slot map, before routing by it (a no-op once loaded)

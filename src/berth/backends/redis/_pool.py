@@ -1,4 +1,5 @@
-"""`LeanPool`: the async Redis backend's connection pool, redis.asyncio's own made lean.
+"""`LeanPool`: the async Redis backend's connection pool, redis.asyncio's own made lean; `CallGate`: the
+async cluster client's bound on calls at once (its nodes refuse, never wait, past `max_connections`).
 
 Why berth's own (kept, measured for issue 33, redis-py 8.1, CPU time, 5 interleaved runs each):
 taking and giving back a connection costs ~1.1 us here against ~29.5 us for redis-py's
@@ -26,7 +27,7 @@ import redis.exceptions
 
 from berth.backends._aio import expire
 
-__all__ = ["PRIVATE_FIELDS", "LeanPool"]
+__all__ = ["PRIVATE_FIELDS", "CallGate", "LeanPool"]
 
 PRIVATE_FIELDS: dict[str, tuple[type, ...]] = {
     "_available_connections": (list,),
@@ -34,7 +35,7 @@ PRIVATE_FIELDS: dict[str, tuple[type, ...]] = {
 }
 """redis-py's private fields of `redis.asyncio.ConnectionPool` this pool writes, and their types."""
 
-_POOLS: weakref.WeakSet[Any] = weakref.WeakSet()  # every LeanPool: each starts empty in a forked child
+_POOLS: weakref.WeakSet[Any] = weakref.WeakSet()  # every LeanPool and CallGate: each starts empty in a forked child
 
 
 def _after_fork_in_child() -> None:
@@ -121,6 +122,40 @@ class LeanPool(redis.asyncio.ConnectionPool):
                 return
         self._in_use_connections.discard(conn)
         self._available_connections.append(conn)
+
+
+class CallGate:
+    """At most `limit` calls at once on one event loop; the others wait in turn for `wait_timeout` s.
+
+    For redis-py's async cluster client, whose nodes raise `MaxConnectionsError` at once when
+    their `max_connections` are in use (`ClusterNode.acquire_connection`: no waiting): a berth
+    call holds at most one connection per node at a time, so `max_connections` calls at once
+    never meet it, and the next waits as on one server's pool. Starts empty in a forked child.
+    """
+
+    def __init__(self, limit: int, wait_timeout: float):
+        self.limit = limit
+        self.wait_timeout = wait_timeout
+        self._forked()
+        _POOLS.add(self)
+
+    def _forked(self) -> None:
+        self._free = asyncio.Semaphore(self.limit)
+
+    async def enter(self) -> None:
+        if not self._free.locked():
+            await self._free.acquire()  # a free place: taken without a suspension
+            return
+        try:
+            async with asyncio.timeout(self.wait_timeout):
+                await self._free.acquire()
+        except TimeoutError:
+            raise redis.exceptions.ConnectionError(
+                f"no free connection within {self.wait_timeout:g} s (pool_timeout)"
+            ) from None
+
+    def leave(self) -> None:
+        self._free.release()
 
 
 async def _stale(conn: Any) -> bool:
