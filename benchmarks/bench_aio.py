@@ -161,8 +161,8 @@ async def _ticker(lags: list[float], stop: asyncio.Event) -> None:
 async def _open_async(url: str, options: dict[str, Any], sealer: berth.Sealer) -> berth.aio.AsyncStore:
     # a thousand tasks queue for the pool's connections: on a loaded machine the last waits long
     # (a Redis server's pool and a cluster's gate take `pool_timeout`)
-    redis = ("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")
-    extra: dict[str, Any] = {"pool_timeout": 600.0} if url.startswith(redis) else {}
+    pooled = ("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")
+    extra: dict[str, Any] = {"pool_timeout": 600.0} if url.startswith(pooled) else {}
     store = berth.aio.open_store(url, identity="bench", sealer=sealer, **options, **extra)
     await store.setup()
     return store
